@@ -1,0 +1,1 @@
+"""Tessera benchmarks. Every benchmark prints one JSON object."""

@@ -1,0 +1,53 @@
+"""``tessera bench``: benchmarks; each prints one JSON object (``--json``) or a short table."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+
+def register(sub: Any) -> None:
+    """Add the ``bench`` command."""
+    p = sub.add_parser("bench", help="benchmarks (JSON out)")
+    bsub = p.add_subparsers(dest="benchmark", required=True, metavar="BENCHMARK")
+    e = bsub.add_parser("eventlog", help="append, projection and replay throughput of the event log")
+    e.add_argument("--events", type=_positive, default=200_000, help="events to append (default 200000)")
+    e.add_argument("--aggregates", type=_positive, default=1000, help="aggregates they spread over (default 1000)")
+    e.add_argument("--payload-bytes", type=_positive, default=256, help="size of each event's data (default 256)")
+    e.add_argument("--replay-events", type=_positive, default=1_000_000, help="log size for the replay (default 1000000)")
+    e.add_argument("--sync-events", type=int, default=50_000, help="events for the sync_interval=always run (0: skip)")
+    e.add_argument("--nats-url", help="use this NATS instead of a private embedded one")
+    e.add_argument("--database-url", help="use this Postgres instead of a private embedded one")
+    e.add_argument("--json", action="store_true", help="print one JSON object")
+    e.set_defaults(handler=run_eventlog)
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, not {text}")
+    return value
+
+
+def run_eventlog(args: argparse.Namespace) -> int:
+    """Run the event-log benchmark and print its figures."""
+    from tessera_bench import eventlog
+
+    if bool(args.nats_url) != bool(args.database_url):
+        raise ValueError("give both --nats-url and --database-url, or neither")
+    result = eventlog.run(
+        events=args.events,
+        aggregates=args.aggregates,
+        payload_bytes=args.payload_bytes,
+        replay_events=max(args.replay_events, args.events),
+        sync_events=args.sync_events,
+        nats_url=args.nats_url,
+        database_url=args.database_url,
+    )
+    if args.json:
+        print(json.dumps(result))
+    else:
+        for key, value in result.items():
+            print(f"{key:<36} {value}")
+    return 0

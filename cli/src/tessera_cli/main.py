@@ -1,0 +1,55 @@
+"""``tessera``: the command line of the Tessera control plane.
+
+Every command exits 0 on success; on bad input or an unreachable server it prints one plain
+line, ``tessera: error: <what>``, to stderr and exits non-zero (2 for usage, 1 otherwise).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from collections.abc import Sequence
+
+from tessera_runtime import logs
+
+from tessera_cli import bench_cmd, contracts_cmd, dev_cmd, projections_cmd, replay_cmd
+
+
+class CliError(Exception):
+    """A user-facing failure: printed as one line, exit status 1."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser with every sub-command."""
+    parser = argparse.ArgumentParser(prog="tessera", description="Tessera, a control plane for shared GPU clusters.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for module in (dev_cmd, contracts_cmd, projections_cmd, replay_cmd, bench_cmd):
+        module.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``tessera`` script; returns the exit status."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command != "projections":  # services configure their own logging
+        logs.configure("tessera-cli", level="WARNING")
+    try:
+        result = args.handler(args)
+        if asyncio.iscoroutine(result):
+            result = asyncio.run(result)
+        return int(result or 0)
+    except KeyboardInterrupt:
+        print("tessera: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # noqa: BLE001 - the CLI's contract: one line, non-zero exit
+        if getattr(args, "debug", False):
+            raise
+        message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        print(f"tessera: error: {message}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

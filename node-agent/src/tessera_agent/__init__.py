@@ -1,0 +1,1 @@
+"""Node agent: runs on every GPU host (issue 5; not built yet)."""

@@ -1,0 +1,1 @@
+"""Tessera's shared runtime: event log, projector, replay, service runner, embedded stack, test fixtures."""

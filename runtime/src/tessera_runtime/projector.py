@@ -1,0 +1,325 @@
+"""The projector: keeps one projection up to date with the event log.
+
+Its position lives in Postgres, in the projection's own schema, never in JetStream acks
+(ARCHITECTURE.md §2). Each batch is one transaction that applies the events and advances the
+checkpoint; events at or below the checkpoint are skipped, so a redelivery, a restart, or a crash
+between the commit and anything after it can never apply an event twice.
+
+Poison events — a body that is not an envelope, or an event ``apply`` rejects ``max_attempts``
+times — are recorded in ``_dead_letters``, published on ``dlq.<projection>`` with the error, and
+counted; the projector goes on with the next event. Connection losses (NATS or Postgres) are not
+poison: the projector backs off, reconnects and resumes from its checkpoint.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import zlib
+from collections.abc import Sequence
+from datetime import UTC, datetime
+
+import asyncpg
+import nats.errors
+import nats.js.errors
+from opentelemetry import metrics
+
+from tessera_contracts import codec
+from tessera_contracts.deadletter import DeadLetter
+from tessera_contracts.subjects import dead_letter_subject
+from tessera_runtime import logs, tracing
+from tessera_runtime.eventlog import EventLog, StoredEvent
+from tessera_runtime.jetstream import Delivered
+from tessera_runtime.projection import Projection, schema_of
+
+TRANSIENT_DB_ERRORS: tuple[type[BaseException], ...] = (
+    OSError,
+    TimeoutError,
+    asyncpg.InterfaceError,
+    asyncpg.PostgresConnectionError,
+    asyncpg.exceptions.OperatorInterventionError,
+    asyncpg.exceptions.InsufficientResourcesError,
+    asyncpg.exceptions.SerializationError,
+    asyncpg.exceptions.DeadlockDetectedError,
+)
+"""Errors that say "try again later", never "this event is bad"."""
+
+TRANSIENT_NATS_ERRORS: tuple[type[BaseException], ...] = (nats.errors.Error, nats.js.errors.Error)
+
+_meter = metrics.get_meter("tessera.projector")
+_dead_letter_counter = _meter.create_counter(
+    "tessera.projector.dead_letters", unit="{event}", description="Poison events set aside"
+)
+_applied_counter = _meter.create_counter(
+    "tessera.projector.events_applied", unit="{event}", description="Events applied to projections"
+)
+
+RUNTIME_DDL = """
+CREATE TABLE _checkpoint (
+    singleton boolean PRIMARY KEY DEFAULT true CHECK (singleton),
+    position bigint NOT NULL,
+    version integer NOT NULL
+);
+CREATE TABLE _dead_letters (
+    stream_sequence bigint PRIMARY KEY,
+    subject text NOT NULL,
+    event_type text,
+    error text NOT NULL,
+    attempts integer NOT NULL
+);
+"""
+
+
+def lock_key(schema: str) -> int:
+    """The advisory-lock key serialising writers of one projection schema (a signed 64-bit int)."""
+    return zlib.crc32(schema.encode()) - 2**31
+
+
+def quote_ident(name: str) -> str:
+    """Double-quote a Postgres identifier."""
+    return '"' + name.replace('"', '""') + '"'
+
+
+class Projector:
+    """Applies the log to one projection in one schema.
+
+    Args:
+        projection: what to build.
+        pool: asyncpg pool of the database holding the projection.
+        log: the event log client.
+        schema: where to build; default the live schema ``proj_<name>``. Replay passes a
+            shadow or build schema.
+        batch_size: events per transaction (up to).
+        max_attempts: tries of one event's ``apply`` before it is dead-lettered.
+        publish_dead_letters: publish poison events on ``dlq.<name>`` (off for shadow builds,
+            which only record them: the live projector already published them once).
+    """
+
+    def __init__(
+        self,
+        projection: Projection,
+        pool: asyncpg.Pool,
+        log: EventLog,
+        *,
+        schema: str | None = None,
+        batch_size: int = 1000,
+        max_attempts: int = 3,
+        publish_dead_letters: bool = True,
+        idle_fetch_s: float = 1.0,
+    ) -> None:
+        self.projection = projection
+        self.pool = pool
+        self.log = log
+        self.schema = schema or schema_of(projection.name)
+        self.batch_size = batch_size
+        self.max_attempts = max_attempts
+        self.publish_dead_letters = publish_dead_letters
+        self.idle_fetch_s = idle_fetch_s
+        self.position = 0
+        self.dead_lettered = 0
+        self._log = logs.get("projector").bind(projection=projection.name, schema=self.schema)
+
+    # -- schema ---------------------------------------------------------------------------------
+
+    async def setup(self) -> None:
+        """Create the schema, the runtime tables and the projection's tables if missing.
+
+        When the schema holds an older ``version`` of the projection it is dropped and rebuilt
+        from the log by the caller (:func:`tessera_runtime.replay.rebuild`); here it is only
+        reported, as :attr:`needs_rebuild`.
+        """
+        q = quote_ident(self.schema)
+        async with self.pool.acquire() as conn, conn.transaction():
+            await conn.execute("SELECT pg_advisory_xact_lock($1)", lock_key(self.schema))
+            exists = await conn.fetchval(
+                "SELECT to_regclass($1) IS NOT NULL", f"{q}._checkpoint"
+            )
+            if not exists:
+                await conn.execute(f"CREATE SCHEMA IF NOT EXISTS {q}")
+                await conn.execute(f"SET LOCAL search_path TO {q}")
+                await conn.execute(RUNTIME_DDL)
+                await conn.execute(self.projection.ddl)
+                await conn.execute(
+                    "INSERT INTO _checkpoint (position, version) VALUES (0, $1)", self.projection.version
+                )
+            row = await conn.fetchrow(f"SELECT position, version FROM {q}._checkpoint")
+        self.position = row["position"]
+        self.stored_version = row["version"]
+
+    @property
+    def needs_rebuild(self) -> bool:
+        """True when the schema was built by another version of the projection."""
+        return self.stored_version != self.projection.version
+
+    # -- running --------------------------------------------------------------------------------
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Follow the log until ``stop`` is set; the batch in hand is finished first.
+
+        Survives NATS and Postgres restarts: on a connection error it waits (exponential
+        backoff, 0.1 s to 5 s) and resumes from the checkpoint in Postgres.
+        """
+        backoff = 0.1
+        while not stop.is_set():
+            try:
+                await self.setup()
+                await self._follow(stop)
+            except (*TRANSIENT_DB_ERRORS, *TRANSIENT_NATS_ERRORS) as exc:
+                self._log.warning("projector.retrying", error=repr(exc), backoff_s=backoff)
+                try:
+                    await asyncio.wait_for(stop.wait(), backoff)
+                except TimeoutError:
+                    pass
+                backoff = min(backoff * 2, 5.0)
+            else:
+                backoff = 0.1
+
+    async def _follow(self, stop: asyncio.Event) -> None:
+        reconnects = self.log.nc.stats["reconnects"]
+        reader = self.log.reader(self.projection.subjects, start_seq=self.position + 1)
+        await reader.open()
+        idle_since: float | None = None
+        try:
+            while not stop.is_set():
+                msgs = await reader.fetch(self.batch_size, timeout_s=self.idle_fetch_s)
+                if msgs:
+                    idle_since = None
+                    await self.apply_batch(msgs)
+                    continue
+                # Idle. After a reconnect, or a while without messages, make sure the consumer
+                # still exists (a NATS restart loses ephemeral consumers); if not, reopen it.
+                now = asyncio.get_running_loop().time()
+                idle_since = idle_since or now
+                if self.log.nc.stats["reconnects"] != reconnects or now - idle_since > 5.0:
+                    idle_since = now
+                    reconnects = self.log.nc.stats["reconnects"]
+                    try:
+                        await reader.pending()
+                    except nats.js.errors.NotFoundError:
+                        self._log.info("projector.consumer_lost", position=self.position)
+                        return  # run() reopens from the checkpoint
+        finally:
+            await reader.close()
+
+    async def catch_up(self, until_seq: int | None = None) -> int:
+        """Apply everything up to the log's head (or up to ``until_seq``) and return the position.
+
+        Used by replay and tests; the live service uses :meth:`run`.
+        """
+        await self.setup()
+        target = until_seq if until_seq is not None else await self.log.head()
+        if self.position >= target:
+            return self.position
+        async with self.log.reader(self.projection.subjects, start_seq=self.position + 1) as reader:
+            while self.position < target:
+                msgs = await reader.fetch(self.batch_size, timeout_s=self.idle_fetch_s)
+                if not msgs:
+                    if await reader.pending() == 0:
+                        break  # no more matching events up to target
+                    continue
+                in_range = [m for m in msgs if m.seq <= target]
+                if in_range:
+                    await self.apply_batch(in_range)
+                if len(in_range) < len(msgs):
+                    break  # passed the target
+        return self.position
+
+    # -- one batch ------------------------------------------------------------------------------
+
+    async def apply_batch(self, msgs: Sequence[Delivered]) -> None:
+        """Apply one fetched batch in one transaction and advance the checkpoint to its end."""
+        last_seq = msgs[-1].seq
+        q = quote_ident(self.schema)
+        async with self.pool.acquire() as conn, conn.transaction():
+            await conn.execute("SELECT pg_advisory_xact_lock($1)", lock_key(self.schema))
+            await conn.execute(f"SET LOCAL search_path TO {q}")
+            position = await conn.fetchval("SELECT position FROM _checkpoint FOR UPDATE")
+            if last_seq <= position:
+                self.position = position
+                return
+            events: list[StoredEvent] = []
+            poison: list[tuple[Delivered, str, int]] = []
+            for msg in msgs:
+                seq = msg.seq
+                if seq <= position:
+                    continue
+                try:
+                    events.append(
+                        StoredEvent(seq, msg.subject, codec.decode_envelope(msg.data))
+                    )
+                except codec.DecodeError as exc:
+                    poison.append((msg, str(exc), 1))
+            with tracing.consumer_span(
+                "project", self.projection.name, [e.envelope.traceparent for e in events]
+            ):
+                poison += await self._apply(conn, events, {m.seq: m for m in msgs})
+            for msg, error, attempts in sorted(poison, key=lambda p: p[0].seq):
+                await self._dead_letter(conn, msg, error, attempts)
+            await conn.execute("UPDATE _checkpoint SET position = $1", last_seq)
+        self.position = last_seq
+        _applied_counter.add(len(events), {"projection": self.projection.name})
+
+    async def _apply(
+        self, conn: asyncpg.Connection, events: list[StoredEvent], msgs_by_seq: dict[int, Delivered]
+    ) -> list[tuple[Delivered, str, int]]:
+        if not events:
+            return []
+        try:
+            async with conn.transaction():  # savepoint: the fast path, whole batch at once
+                await self.projection.apply(conn, events)
+            return []
+        except TRANSIENT_DB_ERRORS:
+            raise
+        except Exception:  # noqa: BLE001 - find the culprit below, one event at a time
+            pass
+        poison: list[tuple[Delivered, str, int]] = []
+        for event in events:
+            error = ""
+            for _attempt in range(self.max_attempts):
+                try:
+                    async with conn.transaction():
+                        await self.projection.apply(conn, [event])
+                    break
+                except TRANSIENT_DB_ERRORS:
+                    raise
+                except Exception as exc:  # noqa: BLE001 - any failure of apply is the event's
+                    error = f"{type(exc).__name__}: {exc}"
+            else:
+                poison.append((msgs_by_seq[event.seq], error, self.max_attempts))
+        return poison
+
+    async def _dead_letter(self, conn: asyncpg.Connection, msg: Delivered, error: str, attempts: int) -> None:
+        seq = msg.seq
+        try:
+            event_type: str | None = codec.decode_envelope(msg.data).type
+        except codec.DecodeError:
+            event_type = None
+        await conn.execute(
+            "INSERT INTO _dead_letters (stream_sequence, subject, event_type, error, attempts)"
+            " VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING",
+            seq,
+            msg.subject,
+            event_type,
+            error[:2000],
+            attempts,
+        )
+        self.dead_lettered += 1
+        _dead_letter_counter.add(1, {"projection": self.projection.name})
+        self._log.error("projector.dead_letter", seq=seq, subject=msg.subject, error=error[:500])
+        if self.publish_dead_letters:
+            record = DeadLetter(
+                projection=self.projection.name,
+                stream_sequence=seq,
+                subject=msg.subject,
+                event_type=event_type,
+                error=error,
+                attempts=attempts,
+                dead_lettered_at=datetime.now(UTC),
+                original=bytes(msg.data),
+            )
+            # Published before the checkpoint commits: a crash in between republishes it, and the
+            # msg id makes the server drop the copy.
+            await self.log.js.publish(
+                dead_letter_subject(self.projection.name),
+                codec.encode(record),
+                headers={"Nats-Delivered-Id": f"dlq:{self.projection.name}:{seq}"},
+            )

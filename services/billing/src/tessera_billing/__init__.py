@@ -1,0 +1,1 @@
+"""Billing service: usage records, rate cards, statements (issue 6; not built yet)."""

@@ -1,0 +1,1 @@
+"""Scheduler service: queues, jobs, allocations, quota ledger, fair-share usage (issue 4; not built yet)."""

@@ -1,0 +1,1 @@
+"""Serving service: model endpoints, replicas, routing (a later issue; not built yet)."""

@@ -1,0 +1,1 @@
+"""Tenancy service: tenants, projects, users, roles, API keys, quotas, clusters (issue 3; not built yet)."""

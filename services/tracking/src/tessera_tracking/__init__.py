@@ -1,0 +1,1 @@
+"""Tracking service: experiments, runs, metrics, logs, artifacts, models (a later issue; not built yet)."""

@@ -7,6 +7,7 @@ Each test gets fresh streams (deleted and recreated) and a fresh database of its
 
 from __future__ import annotations
 
+import contextlib
 import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -61,10 +62,8 @@ async def log(nc: NATS) -> EventLog:
     """An event log with fresh, empty streams."""
     js = nc.jetstream()
     for spec in ALL_STREAMS:
-        try:
+        with contextlib.suppress(nats.js.errors.NotFoundError):
             await js.delete_stream(spec.name)
-        except nats.js.errors.NotFoundError:
-            pass
     event_log = EventLog(nc)
     await event_log.ensure_streams()
     return event_log

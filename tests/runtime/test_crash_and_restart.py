@@ -59,7 +59,10 @@ async def test_projector_killed_at_random_moments_applies_every_event_exactly_on
         proc.wait()
     final = subprocess.run(
         [sys.executable, "-c", PROJECTOR_PROCESS, nats_url, database_url, "100"],
-        capture_output=True, text=True, timeout=120, check=True,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
     )
     assert final.stdout.split() == ["position", str(aggregates * per)]
     rows = await pool.fetch("SELECT aggregate, events, total FROM proj_sample_totals.totals")
@@ -125,9 +128,21 @@ async def test_projection_service_stops_gracefully_on_sigterm(
 ) -> None:
     nats_url = servers.nats_url  # type: ignore[attr-defined]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tessera_cli.main", "projections", "run", "audit",
-         "--nats-url", nats_url, "--database-url", database_url],
-        stderr=subprocess.PIPE, text=True, env={**os.environ, "TESSERA_LOG_LEVEL": "INFO"},
+        [
+            sys.executable,
+            "-m",
+            "tessera_cli.main",
+            "projections",
+            "run",
+            "audit",
+            "--nats-url",
+            nats_url,
+            "--database-url",
+            database_url,
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "TESSERA_LOG_LEVEL": "INFO"},
     )
     try:
         refs = [sample_ref(i) for i in range(50)]

@@ -15,6 +15,7 @@ import asyncpg
 import nats
 import pytest
 from nats.js.api import StorageType, StreamConfig
+
 from tessera_runtime import devstack
 from tessera_runtime.devstack import EmbeddedStack, StackError, StackInfo
 
@@ -62,9 +63,7 @@ async def _js_publish(url: str, stream: str, count: int) -> None:
     nc = await nats.connect(url, connect_timeout=2, max_reconnect_attempts=0)
     try:
         js = nc.jetstream()
-        await js.add_stream(
-            StreamConfig(name=stream, subjects=[f"{stream}.>"], storage=StorageType.FILE)
-        )
+        await js.add_stream(StreamConfig(name=stream, subjects=[f"{stream}.>"], storage=StorageType.FILE))
         for i in range(count):
             await js.publish(f"{stream}.x", f"m{i}".encode())
     finally:

@@ -91,9 +91,9 @@ async def test_stream_is_append_only(log: EventLog) -> None:
     assert info.config.deny_delete and info.config.deny_purge
     assert not info.config.allow_rollup_hdrs
     assert info.config.duplicate_window == EVENTS.duplicate_window_s
-    with pytest.raises(Exception, match="(?i)purge"):
+    with pytest.raises(Exception, match=r"(?i)purge"):
         await log.js.purge_stream(EVENTS.name)
-    with pytest.raises(Exception, match="(?i)delete"):
+    with pytest.raises(Exception, match=r"(?i)delete"):
         await log.js.delete_msg(EVENTS.name, 1)
 
 

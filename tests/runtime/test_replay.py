@@ -49,9 +49,7 @@ async def test_verify_is_equal_after_a_rebuild_and_unequal_after_a_tampered_row(
     assert leftovers == []
 
 
-async def test_verify_compares_at_the_live_checkpoint_while_the_log_moves_on(
-    log: EventLog, pool: asyncpg.Pool
-) -> None:
+async def test_verify_compares_at_the_live_checkpoint_while_the_log_moves_on(log: EventLog, pool: asyncpg.Pool) -> None:
     await seed(log)
     await Projector(AUDIT, pool, log).catch_up()
     # Events appended after the live projection's checkpoint are not in the comparison.

@@ -54,7 +54,9 @@ async def append_events(log: EventLog, events: int, aggregates: int, note: str, 
     return time.perf_counter() - began
 
 
-async def _measure(nats_url: str, database_url: str, events: int, aggregates: int, note: str, replay_events: int) -> dict[str, Any]:
+async def _measure(
+    nats_url: str, database_url: str, events: int, aggregates: int, note: str, replay_events: int
+) -> dict[str, Any]:
     nc = await connect.connect_nats(nats_url, "bench", deadline_s=10)
     pool = await connect.connect_postgres(database_url, deadline_s=10)
     try:
@@ -126,9 +128,7 @@ def run(
     with tempfile.TemporaryDirectory(prefix="tessera-bench-") as tmp:
         with EmbeddedStack(Path(tmp) / "default") as stack:
             info = stack.info
-            result |= asyncio.run(
-                _measure(info.nats_url, info.database_url, events, aggregates, note, replay_events)
-            )
+            result |= asyncio.run(_measure(info.nats_url, info.database_url, events, aggregates, note, replay_events))
         if sync_events:
             nats_always = EmbeddedNats(Path(tmp) / "always", sync_interval="always")
             url = nats_always.start()

@@ -15,7 +15,9 @@ def register(sub: Any) -> None:
     e.add_argument("--events", type=_positive, default=200_000, help="events to append (default 200000)")
     e.add_argument("--aggregates", type=_positive, default=1000, help="aggregates they spread over (default 1000)")
     e.add_argument("--payload-bytes", type=_positive, default=256, help="size of each event's data (default 256)")
-    e.add_argument("--replay-events", type=_positive, default=1_000_000, help="log size for the replay (default 1000000)")
+    e.add_argument(
+        "--replay-events", type=_positive, default=1_000_000, help="log size for the replay (default 1000000)"
+    )
     e.add_argument("--sync-events", type=int, default=50_000, help="events for the sync_interval=always run (0: skip)")
     e.add_argument("--nats-url", help="use this NATS instead of a private embedded one")
     e.add_argument("--database-url", help="use this Postgres instead of a private embedded one")

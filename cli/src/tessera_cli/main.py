@@ -11,9 +11,8 @@ import asyncio
 import sys
 from collections.abc import Sequence
 
-from tessera_runtime import logs
-
 from tessera_cli import bench_cmd, contracts_cmd, dev_cmd, projections_cmd, replay_cmd
+from tessera_runtime import logs
 
 
 class CliError(Exception):
@@ -43,7 +42,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("tessera: interrupted", file=sys.stderr)
         return 130
-    except Exception as exc:  # noqa: BLE001 - the CLI's contract: one line, non-zero exit
+    except Exception as exc:
         if getattr(args, "debug", False):
             raise
         message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__

@@ -29,6 +29,7 @@ def select(names: list[str]) -> list[Projection]:
 
     Raises:
         LookupError: a name is not registered.
+
     """
     known = registered_projections()
     unknown = sorted(set(names) - set(known))
@@ -63,7 +64,7 @@ async def status(args: argparse.Namespace) -> int:
                 try:
                     position = await conn.fetchval(f"SELECT position FROM {q}._checkpoint")
                     dead = await conn.fetchval(f"SELECT count(*) FROM {q}._dead_letters")
-                except Exception:  # noqa: BLE001 - not built yet
+                except Exception:
                     print(f"{projection.name:<20} {'(not built)':>10}")
                     continue
                 print(f"{projection.name:<20} {position:>10} {head - position:>8} {dead:>12}")

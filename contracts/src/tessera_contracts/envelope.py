@@ -23,11 +23,14 @@ import msgspec
 from tessera_contracts.registry import Event
 
 SPEC_VERSION = "1.0"
+CONTENT_TYPE = "application/json"
 
 
 class Envelope(msgspec.Struct, kw_only=True, omit_defaults=True):
     """One event as stored in the log.
 
+    ``specversion`` and ``datacontenttype`` have no defaults so that they are always written
+    (CloudEvents requires ``specversion``; defaults would be omitted on the wire).
     ``data`` stays raw JSON until a reader asks for it (:func:`tessera_contracts.codec.payload`),
     so a projector that only needs attributes never decodes payloads, and an event of a type this
     reader does not know can still be stored, forwarded and dead-lettered intact.
@@ -41,8 +44,8 @@ class Envelope(msgspec.Struct, kw_only=True, omit_defaults=True):
     tenant: str
     correlationid: str
     data: msgspec.Raw
-    specversion: str = SPEC_VERSION
-    datacontenttype: str = "application/json"
+    specversion: str
+    datacontenttype: str
     causationid: str | None = None
     traceparent: str | None = None
 
@@ -71,6 +74,7 @@ def envelope(
 
     Raises:
         ValueError: ``event`` is of an unregistered class, or ``time`` has no time zone.
+
     """
     if not type(event).TYPE:
         raise ValueError(f"{type(event).__name__} has no event type: declare it with @event_type")
@@ -86,4 +90,6 @@ def envelope(
         correlationid=correlation_id,
         causationid=causation_id,
         data=msgspec.Raw(msgspec.json.encode(event)),
+        specversion=SPEC_VERSION,
+        datacontenttype=CONTENT_TYPE,
     )

@@ -38,6 +38,7 @@ class AggregateRef(msgspec.Struct, frozen=True):
 
     Raises:
         InvalidSubject: a token is empty, too long, or holds ``.``, ``*``, ``>`` or whitespace.
+
     """
 
     domain: str
@@ -62,6 +63,7 @@ class AggregateRef(msgspec.Struct, frozen=True):
 
         Raises:
             InvalidSubject: not of the form ``ev.<domain>.<tenant>.<aggregate>.<id>``.
+
         """
         parts = subject.split(".")
         if len(parts) != 5 or parts[0] != EVENT_ROOT:

@@ -15,12 +15,23 @@ from tessera_contracts.subjects import EVENT_ROOT
 from tessera_runtime.eventlog import StoredEvent
 
 COLUMNS = (
-    "seq", "event_id", "type", "subject", "tenant", "source", "time", "correlation_id", "causation_id",
+    "seq",
+    "event_id",
+    "type",
+    "subject",
+    "tenant",
+    "source",
+    "time",
+    "correlation_id",
+    "causation_id",
 )
 
 
 class AuditIndex:
-    """Projection ``audit``: table ``events(seq, event_id, type, subject, tenant, source, time, correlation_id, causation_id)``."""
+    """Projection ``audit``: table ``events``, one row per event.
+
+    Columns: sequence, event id, type, subject, tenant, source, time, correlation and causation ids.
+    """
 
     name = "audit"
     version = 1
@@ -47,8 +58,14 @@ class AuditIndex:
             "events",
             records=[
                 (
-                    e.seq, e.envelope.id, e.envelope.type, e.subject, e.envelope.tenant,
-                    e.envelope.source, e.envelope.time, e.envelope.correlationid,
+                    e.seq,
+                    e.envelope.id,
+                    e.envelope.type,
+                    e.subject,
+                    e.envelope.tenant,
+                    e.envelope.source,
+                    e.envelope.time,
+                    e.envelope.correlationid,
                     e.envelope.causationid,
                 )
                 for e in events

@@ -51,7 +51,7 @@ async def table_sums(conn: asyncpg.Connection, schema: str) -> list[TableSum]:
         for table in await tables(conn, schema):
             row = await conn.fetchrow(
                 "SELECT count(*) AS n, md5(coalesce(string_agg(t::text, E'\\n' ORDER BY t::text"
-                f' COLLATE "C"), \'\')) AS h FROM {quote_ident(schema)}.{quote_ident(table)} AS t'
+                f" COLLATE \"C\"), '')) AS h FROM {quote_ident(schema)}.{quote_ident(table)} AS t"
             )
             out.append(TableSum(table, row["n"], row["h"]))
     return out
@@ -65,9 +65,7 @@ def combine(sums: list[TableSum]) -> str:
     return h.hexdigest()
 
 
-async def row_diff(
-    conn: asyncpg.Connection, live: str, rebuilt: str, table: str, limit: int = 20
-) -> RowDiff:
+async def row_diff(conn: asyncpg.Connection, live: str, rebuilt: str, table: str, limit: int = 20) -> RowDiff:
     """Rows of ``table`` only in schema ``live`` and only in schema ``rebuilt`` (multiset difference)."""
     a = f"{quote_ident(live)}.{quote_ident(table)}"
     b = f"{quote_ident(rebuilt)}.{quote_ident(table)}"

@@ -30,6 +30,7 @@ async def with_backoff(
 
     Raises:
         TimeoutError: still failing after ``deadline_s`` seconds (the last error is chained).
+
     """
     log = logs.get("connect")
     loop = asyncio.get_running_loop()

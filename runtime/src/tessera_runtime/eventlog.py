@@ -27,7 +27,7 @@ from tessera_contracts.envelope import Envelope
 from tessera_contracts.streams import ALL_STREAMS, EVENTS, StreamSpec
 from tessera_runtime import tracing
 from tessera_runtime.errors import AppendTimeout, ConcurrencyConflict, EventLogError
-from tessera_runtime.jetstream import Delivered, PubAck, PullReader, Publisher
+from tessera_runtime.jetstream import Delivered, PubAck, Publisher, PullReader
 
 EXPECTED_LAST_SUBJECT_SEQ = "Nats-Expected-Last-Subject-Sequence"
 MSG_ID = "Nats-Msg-Id"
@@ -86,6 +86,7 @@ class EventLog:
         stream: the stream to use (default :data:`tessera_contracts.streams.EVENTS`).
         timeout_s: how long an append waits for the server's acknowledgement, in seconds.
         max_in_flight: how many publishes may await acknowledgement at once (back-pressure).
+
     """
 
     def __init__(
@@ -108,6 +109,7 @@ class EventLog:
 
         Raises:
             nats.js.errors.APIError: the server refused a setting (e.g. too few servers for ``replicas``).
+
         """
         for spec in ALL_STREAMS:
             config = stream_config(spec, replicas)
@@ -118,9 +120,7 @@ class EventLog:
             else:
                 await self.js.update_stream(config)
 
-    async def append(
-        self, subject: str, events: Sequence[Envelope], expected_last_seq: int | None
-    ) -> list[Appended]:
+    async def append(self, subject: str, events: Sequence[Envelope], expected_last_seq: int | None) -> list[Appended]:
         """Append events to one aggregate, in order.
 
         Each event after the first expects the sequence its predecessor got, so the batch is
@@ -132,6 +132,7 @@ class EventLog:
             AppendTimeout: no acknowledgement within ``timeout_s``; retrying is safe.
             EventLogError: the server refused the append for another reason.
             ValueError: an envelope's ``subject`` is not ``subject``.
+
         """
         [result] = await self.append_many([AppendRequest(subject, events, expected_last_seq)])
         if isinstance(result, EventLogError):
@@ -147,6 +148,7 @@ class EventLog:
 
         Raises:
             ValueError: an envelope's ``subject`` is not its request's ``subject``.
+
         """
         for r in requests:
             for env in r.events:
@@ -196,16 +198,16 @@ class EventLog:
         return await self._publisher.publish(subject, codec.encode(env), headers)
 
     async def _stored_already(self, env: Envelope, expected: int | None) -> Appended | None:
-        """After a conflict: was this very event stored by an earlier try whose ack was lost?
+        """After a conflict, tell whether this very event was stored by an earlier try.
+
+        The earlier try's acknowledgement may have been lost.
 
         Servers differ on whether the expected-sequence check or the msg-id dedup comes first
         (2.9 answers a retry "duplicate", 2.10+ "wrong last sequence"), so a retry can look like
         a conflict. It is ours if the first event after ``expected`` on the subject has our id.
         """
         try:
-            msg = await self.js._jsm.get_msg(
-                self.stream.name, seq=(expected or 0) + 1, subject=env.subject, next=True
-            )
+            msg = await self.js._jsm.get_msg(self.stream.name, seq=(expected or 0) + 1, subject=env.subject, next=True)
         except nats.js.errors.NotFoundError:
             return None
         if msg.headers and msg.headers.get(MSG_ID) == env.id and msg.seq is not None:
@@ -236,6 +238,7 @@ class EventLog:
 
         Raises:
             tessera_contracts.codec.DecodeError: a stored event is not a valid envelope.
+
         """
         last = await self.last_sequence(subject)
         if last == 0:
@@ -262,5 +265,6 @@ def to_stored(msg: Delivered) -> StoredEvent:
 
     Raises:
         tessera_contracts.codec.DecodeError: the body is not a valid envelope.
+
     """
     return StoredEvent(msg.seq, msg.subject, codec.decode_envelope(msg.data))

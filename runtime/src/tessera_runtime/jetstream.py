@@ -18,6 +18,7 @@ References: NATS JetStream wire API (docs.nats.io, "JetStream wire API reference
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 from collections.abc import Sequence
 
@@ -89,8 +90,11 @@ class Publisher:
 
 
 class Delivered(msgspec.Struct, frozen=True):
-    """One message pulled from a stream: its stream sequence, subject, body, and how many
-    messages matching the consumer's filter remain after it."""
+    """One message pulled from a stream.
+
+    Its stream sequence, subject, body, and how many messages matching the consumer's filter
+    remain after it.
+    """
 
     seq: int
     subject: str
@@ -106,6 +110,7 @@ def parse_ack_subject(reply: str) -> tuple[int, int]:
 
     Raises:
         ValueError: not an ack subject.
+
     """
     tokens = reply.split(".")
     if len(tokens) == 9:
@@ -191,10 +196,8 @@ class PullReader:
             msgspec.json.encode(request),
             reply=self._inbox,
         )
-        try:
+        with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._done.wait(), timeout_s + 0.5)
-        except TimeoutError:
-            pass
 
     async def fetch(self, batch: int, timeout_s: float) -> list[Delivered]:
         """Up to ``batch`` messages in sequence order; empty when none came within ``timeout_s``."""
@@ -210,6 +213,7 @@ class PullReader:
 
         Raises:
             nats.js.errors.NotFoundError: the consumer is gone (e.g. after a NATS restart).
+
         """
         info = await self.js._jsm.consumer_info(self.stream, self.consumer)
         return int(info.num_pending or 0) + len(self._buffer)
@@ -222,5 +226,5 @@ class PullReader:
         try:
             await sub.unsubscribe()  # type: ignore[attr-defined]
             await self.js._jsm.delete_consumer(self.stream, self.consumer)
-        except Exception:  # noqa: BLE001 - connection may be down; the consumer expires by itself
+        except Exception:
             pass

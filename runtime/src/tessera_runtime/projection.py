@@ -41,6 +41,7 @@ class Projection(Protocol):
     verification will, rightly, report a difference. Any exception it raises marks the batch for
     per-event retries; an event that still fails after the projector's ``max_attempts`` is
     dead-lettered.
+
     """
 
     name: str
@@ -58,6 +59,7 @@ def schema_of(name: str, suffix: str = "") -> str:
 
     Raises:
         ValueError: ``name`` is not a lower-case identifier of at most 41 characters.
+
     """
     if not NAME.match(name):
         raise ValueError(f"invalid projection name {name!r}")
@@ -69,6 +71,7 @@ def registered_projections() -> dict[str, Projection]:
 
     Raises:
         TypeError: an entry point does not name a :class:`Projection`.
+
     """
     found: dict[str, Projection] = {}
     for ep in entry_points(group=ENTRY_POINT_GROUP):

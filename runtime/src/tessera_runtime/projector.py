@@ -14,6 +14,7 @@ poison: the projector backs off, reconnects and resumes from its checkpoint.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import zlib
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -92,6 +93,7 @@ class Projector:
         max_attempts: tries of one event's ``apply`` before it is dead-lettered.
         publish_dead_letters: publish poison events on ``dlq.<name>`` (off for shadow builds,
             which only record them: the live projector already published them once).
+
     """
 
     def __init__(
@@ -115,6 +117,7 @@ class Projector:
         self.publish_dead_letters = publish_dead_letters
         self.idle_fetch_s = idle_fetch_s
         self.position = 0
+        self.stored_version = projection.version
         self.dead_lettered = 0
         self._log = logs.get("projector").bind(projection=projection.name, schema=self.schema)
 
@@ -130,9 +133,7 @@ class Projector:
         q = quote_ident(self.schema)
         async with self.pool.acquire() as conn, conn.transaction():
             await conn.execute("SELECT pg_advisory_xact_lock($1)", lock_key(self.schema))
-            exists = await conn.fetchval(
-                "SELECT to_regclass($1) IS NOT NULL", f"{q}._checkpoint"
-            )
+            exists = await conn.fetchval("SELECT to_regclass($1) IS NOT NULL", f"{q}._checkpoint")
             if not exists:
                 await conn.execute(f"CREATE SCHEMA IF NOT EXISTS {q}")
                 await conn.execute(f"SET LOCAL search_path TO {q}")
@@ -142,8 +143,8 @@ class Projector:
                     "INSERT INTO _checkpoint (position, version) VALUES (0, $1)", self.projection.version
                 )
             row = await conn.fetchrow(f"SELECT position, version FROM {q}._checkpoint")
-        self.position = row["position"]
-        self.stored_version = row["version"]
+        self.position = int(row["position"])
+        self.stored_version = int(row["version"])
 
     @property
     def needs_rebuild(self) -> bool:
@@ -165,10 +166,8 @@ class Projector:
                 await self._follow(stop)
             except (*TRANSIENT_DB_ERRORS, *TRANSIENT_NATS_ERRORS) as exc:
                 self._log.warning("projector.retrying", error=repr(exc), backoff_s=backoff)
-                try:
+                with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), backoff)
-                except TimeoutError:
-                    pass
                 backoff = min(backoff * 2, 5.0)
             else:
                 backoff = 0.1
@@ -243,14 +242,10 @@ class Projector:
                 if seq <= position:
                     continue
                 try:
-                    events.append(
-                        StoredEvent(seq, msg.subject, codec.decode_envelope(msg.data))
-                    )
+                    events.append(StoredEvent(seq, msg.subject, codec.decode_envelope(msg.data)))
                 except codec.DecodeError as exc:
                     poison.append((msg, str(exc), 1))
-            with tracing.consumer_span(
-                "project", self.projection.name, [e.envelope.traceparent for e in events]
-            ):
+            with tracing.consumer_span("project", self.projection.name, [e.envelope.traceparent for e in events]):
                 poison += await self._apply(conn, events, {m.seq: m for m in msgs})
             for msg, error, attempts in sorted(poison, key=lambda p: p[0].seq):
                 await self._dead_letter(conn, msg, error, attempts)
@@ -269,7 +264,7 @@ class Projector:
             return []
         except TRANSIENT_DB_ERRORS:
             raise
-        except Exception:  # noqa: BLE001 - find the culprit below, one event at a time
+        except Exception:
             pass
         poison: list[tuple[Delivered, str, int]] = []
         for event in events:
@@ -281,7 +276,7 @@ class Projector:
                     break
                 except TRANSIENT_DB_ERRORS:
                     raise
-                except Exception as exc:  # noqa: BLE001 - any failure of apply is the event's
+                except Exception as exc:
                     error = f"{type(exc).__name__}: {exc}"
             else:
                 poison.append((msgs_by_seq[event.seq], error, self.max_attempts))

@@ -56,9 +56,7 @@ async def rebuild(pool: asyncpg.Pool, log: EventLog, projection: Projection, bat
         position = await builder.catch_up()  # the tail appended meanwhile; live projector waits
         old = schema_of(projection.name, "old")
         await _drop(conn, old)
-        exists = await conn.fetchval(
-            "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)", live
-        )
+        exists = await conn.fetchval("SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)", live)
         if exists:
             await conn.execute(f"ALTER SCHEMA {quote_ident(live)} RENAME TO {quote_ident(old)}")
         await conn.execute(f"ALTER SCHEMA {quote_ident(build)} RENAME TO {quote_ident(live)}")
@@ -66,15 +64,14 @@ async def rebuild(pool: asyncpg.Pool, log: EventLog, projection: Projection, bat
     return position
 
 
-async def verify(
-    pool: asyncpg.Pool, log: EventLog, projection: Projection, batch_size: int = 5000
-) -> VerifyResult:
+async def verify(pool: asyncpg.Pool, log: EventLog, projection: Projection, batch_size: int = 5000) -> VerifyResult:
     """Rebuild ``projection`` in a shadow schema and compare it with the live one.
 
     The live schema must exist (its projector has run at least once).
 
     Raises:
         LookupError: there is no live schema for this projection.
+
     """
     live = schema_of(projection.name)
     snap = schema_of(projection.name, "snap")

@@ -22,7 +22,7 @@ EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 @event_type("tessera.testing.sample.recorded.v1")
-class SampleRecorded(Event):
+class SampleRecorded(Event, frozen=True, kw_only=True):
     """A number recorded on a sample aggregate; ``note`` pads the payload to a chosen size."""
 
     n: int
@@ -34,9 +34,13 @@ def sample_ref(i: int, tenant: str = "acme") -> AggregateRef:
     return AggregateRef("testing", tenant, "sample", f"s{i}")
 
 
-def sample_event(ref: AggregateRef, n: int, *, note: str = "", seq_hint: int = 0, event_id: str | None = None) -> Envelope:
-    """An envelope holding ``SampleRecorded(n)`` for aggregate ``ref``; its time is derived from
-    ``seq_hint`` (seconds after 2026-01-01 UTC) so that tests are deterministic."""
+def sample_event(
+    ref: AggregateRef, n: int, *, note: str = "", seq_hint: int = 0, event_id: str | None = None
+) -> Envelope:
+    """An envelope holding ``SampleRecorded(n)`` for aggregate ``ref``.
+
+    Its time is ``seq_hint`` seconds after 2026-01-01 UTC, so that tests are deterministic.
+    """
     return envelope(
         SampleRecorded(n=n, note=note),
         subject=ref.subject,
@@ -67,6 +71,7 @@ class SampleTotals:
 
         Raises:
             ValueError: an event has a negative ``n`` (the poison case).
+
         """
         rows = []
         for e in events:

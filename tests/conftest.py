@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
+import tempfile
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -38,16 +40,19 @@ class Servers:
 
 
 @pytest.fixture(scope="session")
-def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Servers]:
+def servers() -> Iterator[Servers]:
     if os.environ.get("NATS_URL") and os.environ.get("DATABASE_URL"):
         yield Servers(os.environ["NATS_URL"], os.environ["DATABASE_URL"])
         return
-    stack = EmbeddedStack(tmp_path_factory.mktemp("stack"))
+    # Not under pytest's own temp root: pytest keeps that 0700, and Postgres runs as another user.
+    home = Path(tempfile.mkdtemp(prefix="tessera-tests-"))
+    stack = EmbeddedStack(home)
     info = stack.start()
     try:
         yield Servers(info.nats_url, info.database_url)
     finally:
         stack.stop()
+        shutil.rmtree(home, ignore_errors=True)
 
 
 @pytest.fixture

@@ -18,6 +18,7 @@ from nats.js.api import StorageType, StreamConfig
 
 from tessera_runtime import devstack
 from tessera_runtime.devstack import EmbeddedStack, StackError, StackInfo
+from tessera_runtime.devstack.process import port_is_free
 
 START_BUDGET_S = 10.0
 
@@ -216,4 +217,4 @@ def test_stack_info_fields() -> None:
 def test_free_port_is_bindable() -> None:
     port = devstack.free_port()
     assert 0 < port < 65536
-    assert devstack._port_is_free(port)
+    assert port_is_free(port)

@@ -35,7 +35,7 @@ class AuditIndex:
 
     name = "audit"
     version = 1
-    subjects = (f"{EVENT_ROOT}.>",)
+    subjects: tuple[str, ...] = (f"{EVENT_ROOT}.>",)
     ddl = """
     CREATE TABLE events (
         seq bigint PRIMARY KEY,

@@ -13,7 +13,7 @@ import hashlib
 import asyncpg
 import msgspec
 
-from tessera_runtime.projector import quote_ident
+from tessera_runtime.projector import ALL_TENANTS, quote_ident
 
 
 class TableSum(msgspec.Struct, frozen=True):
@@ -48,6 +48,7 @@ async def table_sums(conn: asyncpg.Connection, schema: str) -> list[TableSum]:
     out = []
     async with conn.transaction(isolation="repeatable_read", readonly=True):
         await conn.execute("SET LOCAL TimeZone = 'UTC'")
+        await conn.execute(ALL_TENANTS)
         for table in await tables(conn, schema):
             row = await conn.fetchrow(
                 "SELECT count(*) AS n, md5(coalesce(string_agg(t::text, E'\\n' ORDER BY t::text"
@@ -71,6 +72,7 @@ async def row_diff(conn: asyncpg.Connection, live: str, rebuilt: str, table: str
     b = f"{quote_ident(rebuilt)}.{quote_ident(table)}"
     async with conn.transaction(readonly=True):
         await conn.execute("SET LOCAL TimeZone = 'UTC'")
+        await conn.execute(ALL_TENANTS)
         only_a = await conn.fetch(
             f"SELECT r FROM (SELECT t::text AS r FROM {a} t EXCEPT ALL SELECT t::text FROM {b} t) d"
             f' ORDER BY r COLLATE "C" LIMIT {int(limit)}'

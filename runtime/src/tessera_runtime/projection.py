@@ -44,10 +44,25 @@ class Projection(Protocol):
 
     """
 
-    name: str
-    version: int
-    subjects: Sequence[str]
-    ddl: str
+    @property
+    def name(self) -> str:
+        """Lower-case identifier; the live schema is ``proj_<name>``."""
+        ...
+
+    @property
+    def version(self) -> int:
+        """Version of ``ddl`` and ``apply``."""
+        ...
+
+    @property
+    def subjects(self) -> Sequence[str]:
+        """Filter subjects of the events it reads."""
+        ...
+
+    @property
+    def ddl(self) -> str:
+        """SQL creating its tables, with unqualified names."""
+        ...
 
     async def apply(self, conn: asyncpg.Connection, events: Sequence[StoredEvent]) -> None:
         """Apply events (ascending ``seq``, none applied before) to the read model."""

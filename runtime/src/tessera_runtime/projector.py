@@ -70,6 +70,14 @@ CREATE TABLE _dead_letters (
 """
 
 
+ALL_TENANTS = "SELECT set_config('tessera.tenant', '*', true)"
+"""Row-level security scope of the runtime's own transactions: every tenant.
+
+Tenant-owned projection tables carry a policy ``tenant_id = current_setting('tessera.tenant')``
+(or ``'*'``), forced even on their owner. Projectors and replay read and write all tenants;
+request handlers set one tenant, as the non-owner app role (see the tenancy service)."""
+
+
 def lock_key(schema: str) -> int:
     """The advisory-lock key serialising writers of one projection schema (a signed 64-bit int)."""
     return zlib.crc32(schema.encode()) - 2**31
@@ -119,6 +127,7 @@ class Projector:
         self.position = 0
         self.stored_version = projection.version
         self.dead_lettered = 0
+        self._moved = asyncio.Event()
         self._log = logs.get("projector").bind(projection=projection.name, schema=self.schema)
 
     # -- schema ---------------------------------------------------------------------------------
@@ -222,6 +231,27 @@ class Projector:
                     break  # passed the target
         return self.position
 
+    def _advance(self, position: int) -> None:
+        self.position = max(self.position, position)
+        self._moved.set()
+        self._moved = asyncio.Event()
+
+    async def wait_until(self, seq: int, timeout_s: float = 2.0) -> bool:
+        """Wait until this projector has applied the log up to ``seq`` (read-your-writes).
+
+        Returns False if ``timeout_s`` seconds passed first. Only meaningful while :meth:`run`
+        follows the log in this process.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while self.position < seq:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return False
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._moved.wait(), remaining)
+        return True
+
     # -- one batch ------------------------------------------------------------------------------
 
     async def apply_batch(self, msgs: Sequence[Delivered]) -> None:
@@ -231,9 +261,10 @@ class Projector:
         async with self.pool.acquire() as conn, conn.transaction():
             await conn.execute("SELECT pg_advisory_xact_lock($1)", lock_key(self.schema))
             await conn.execute(f"SET LOCAL search_path TO {q}")
+            await conn.execute(ALL_TENANTS)
             position = await conn.fetchval("SELECT position FROM _checkpoint FOR UPDATE")
             if last_seq <= position:
-                self.position = position
+                self._advance(position)
                 return
             events: list[StoredEvent] = []
             poison: list[tuple[Delivered, str, int]] = []
@@ -250,7 +281,7 @@ class Projector:
             for msg, error, attempts in sorted(poison, key=lambda p: p[0].seq):
                 await self._dead_letter(conn, msg, error, attempts)
             await conn.execute("UPDATE _checkpoint SET position = $1", last_seq)
-        self.position = last_seq
+        self._advance(last_seq)
         _applied_counter.add(len(events), {"projection": self.projection.name})
 
     async def _apply(

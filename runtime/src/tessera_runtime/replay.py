@@ -17,7 +17,7 @@ import msgspec
 from tessera_runtime import checksum
 from tessera_runtime.eventlog import EventLog
 from tessera_runtime.projection import Projection, schema_of
-from tessera_runtime.projector import Projector, lock_key, quote_ident
+from tessera_runtime.projector import ALL_TENANTS, Projector, lock_key, quote_ident
 
 
 class VerifyResult(msgspec.Struct, frozen=True, kw_only=True):
@@ -80,6 +80,7 @@ async def verify(pool: asyncpg.Pool, log: EventLog, projection: Projection, batc
         await _drop(conn, snap)
         await _drop(conn, shadow)
         async with conn.transaction(isolation="repeatable_read"):
+            await conn.execute(ALL_TENANTS)
             try:
                 position = await conn.fetchval(f"SELECT position FROM {quote_ident(live)}._checkpoint")
             except asyncpg.UndefinedTableError:

@@ -57,7 +57,7 @@ class SampleTotals:
 
     name = "sample_totals"
     version = 1
-    subjects = ("ev.testing.>",)
+    subjects: tuple[str, ...] = ("ev.testing.>",)
     ddl = """
     CREATE TABLE totals (
         aggregate text PRIMARY KEY,

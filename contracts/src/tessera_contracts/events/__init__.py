@@ -3,3 +3,7 @@
 One module per domain (``tenancy``, ``scheduler``, ``node``, ``billing``), added by the issue
 that builds the domain.
 """
+
+from tessera_contracts.events import tenancy
+
+__all__ = ["tenancy"]

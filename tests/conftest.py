@@ -25,6 +25,8 @@ from tessera_contracts.streams import ALL_STREAMS
 from tessera_runtime.devstack import EmbeddedStack
 from tessera_runtime.eventlog import EventLog
 
+pytest_plugins = ["tests.support.tenancy"]
+
 
 class Servers:
     """Where the session's servers listen."""

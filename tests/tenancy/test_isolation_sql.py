@@ -7,7 +7,7 @@ import asyncpg
 from tessera_contracts.api import tenancy as api
 from tessera_tenancy import reads
 from tessera_tenancy.projections import APP_ROLE
-from tests.tenancy.conftest import Tenancy
+from tests.support.tenancy import Tenancy
 
 
 async def seed_two_tenants(t: Tenancy) -> None:

@@ -12,7 +12,7 @@ from tessera_contracts.rbac import RoleBinding
 from tessera_runtime import replay, rpc
 from tessera_runtime.rpc import RpcError
 from tessera_tenancy.projections import TENANCY
-from tests.tenancy.conftest import Tenancy
+from tests.support.tenancy import Tenancy
 
 
 async def make_tenant(t: Tenancy, tenant: str, *projects: str) -> None:

@@ -1,7 +1,9 @@
 """``tessera``: the command line of the Tessera control plane.
 
 Every command exits 0 on success; on bad input or an unreachable server it prints one plain
-line, ``tessera: error: <what>``, to stderr and exits non-zero (2 for usage, 1 otherwise).
+line, ``tessera: error: <what>``, to stderr and exits non-zero: 2 for usage, and for the gateway
+client the codes of :data:`tessera_cli.client.EXIT_CODES_EPILOG` (3 auth, 4 not found,
+5 conflict, 6 unavailable), 1 otherwise.
 """
 
 from __future__ import annotations
@@ -11,19 +13,55 @@ import asyncio
 import sys
 from collections.abc import Sequence
 
-from tessera_cli import bench_cmd, contracts_cmd, dev_cmd, projections_cmd, replay_cmd
+from tessera_cli import (
+    account_cmd,
+    admin_cmd,
+    bench_cmd,
+    client,
+    clusters_cmd,
+    contracts_cmd,
+    dev_cmd,
+    infra_cmd,
+    keys_cmd,
+    priority_cmd,
+    projections_cmd,
+    projects_cmd,
+    quotas_cmd,
+    replay_cmd,
+    tenants_cmd,
+    up_cmd,
+    users_cmd,
+)
 from tessera_runtime import logs
-
-
-class CliError(Exception):
-    """A user-facing failure: printed as one line, exit status 1."""
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser with every sub-command."""
-    parser = argparse.ArgumentParser(prog="tessera", description="Tessera, a control plane for shared GPU clusters.")
+    parser = argparse.ArgumentParser(
+        prog="tessera",
+        description="Tessera, a control plane for shared GPU clusters.",
+        epilog=client.EXIT_CODES_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module in (dev_cmd, contracts_cmd, projections_cmd, replay_cmd, bench_cmd):
+    for module in (
+        dev_cmd,
+        contracts_cmd,
+        projections_cmd,
+        replay_cmd,
+        bench_cmd,
+        up_cmd,
+        account_cmd,
+        admin_cmd,
+        tenants_cmd,
+        projects_cmd,
+        users_cmd,
+        keys_cmd,
+        quotas_cmd,
+        clusters_cmd,
+        priority_cmd,
+        infra_cmd,
+    ):
         module.register(sub)
     return parser
 
@@ -42,6 +80,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("tessera: interrupted", file=sys.stderr)
         return 130
+    except client.CliFailure as exc:
+        print(f"tessera: error: {exc}", file=sys.stderr)
+        return exc.exit_code
     except Exception as exc:
         if getattr(args, "debug", False):
             raise

@@ -5,8 +5,9 @@ owning service answers with a :class:`Reply`: either a result body or an RFC 945
 caller's identity travels as a :class:`~tessera_contracts.rbac.Principal` that the gateway
 obtained by verifying the API key with the tenancy service; services authorise with it.
 
-A timeout on the caller's side is :data:`UNAVAILABLE` (the gateway answers 503 with
-``Retry-After``); a caller never waits without a bound.
+No responder (or no connection) is :data:`UNAVAILABLE` (503) and no answer in time is
+:data:`TIMEOUT` (504); the gateway adds ``Retry-After`` to both. A caller never waits without a
+bound.
 """
 
 from __future__ import annotations
@@ -74,8 +75,12 @@ INVALID = ("invalid-request", 400)
 UNAUTHENTICATED = ("unauthenticated", 401)
 FORBIDDEN = ("forbidden", 403)
 NOT_FOUND = ("not-found", 404)
+METHOD_NOT_ALLOWED = ("method-not-allowed", 405)
+NOT_ACCEPTABLE = ("not-acceptable", 406)
 CONFLICT = ("conflict", 409)
 GONE = ("gone", 410)
+PAYLOAD_TOO_LARGE = ("payload-too-large", 413)
+UNSUPPORTED_MEDIA_TYPE = ("unsupported-media-type", 415)
 UNPROCESSABLE = ("unprocessable", 422)
 TOO_MANY = ("rate-limited", 429)
 INTERNAL = ("internal", 500)
@@ -87,6 +92,10 @@ TITLES = {
     "unauthenticated": "Authentication is required",
     "forbidden": "Not allowed",
     "not-found": "Not found",
+    "method-not-allowed": "Method not allowed",
+    "not-acceptable": "Not acceptable",
+    "payload-too-large": "The request body is too large",
+    "unsupported-media-type": "Unsupported media type",
     "conflict": "Conflict with the current state",
     "gone": "Gone",
     "unprocessable": "The request cannot be processed",

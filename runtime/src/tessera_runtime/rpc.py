@@ -193,6 +193,12 @@ async def call(
             )
         except nats.errors.NoRespondersError:
             raise RpcError(rpc.UNAVAILABLE, f"no {service} service is running") from None
+        except (
+            nats.errors.ConnectionClosedError,
+            nats.errors.ConnectionDrainingError,
+            nats.errors.StaleConnectionError,
+        ):
+            raise RpcError(rpc.UNAVAILABLE, "not connected to NATS") from None
         except (TimeoutError, nats.errors.TimeoutError):
             raise RpcError(rpc.TIMEOUT, f"{service} did not answer within {timeout_s:g}s") from None
     reply = _reply_decoder.decode(msg.data)

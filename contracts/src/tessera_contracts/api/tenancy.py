@@ -60,7 +60,7 @@ class IssueKey(Body, frozen=True, kw_only=True):
     """``POST /v1/tenants/{tenant}/users/{user}/keys``. No ``expires_at``: the key does not expire."""
 
     name: DisplayName
-    expires_at: datetime | None = None
+    expires_at: Annotated[datetime, msgspec.Meta(tz=True)] | None = None
 
 
 class GpuQuotaBody(Body, frozen=True, kw_only=True):
@@ -113,7 +113,7 @@ class DefinePriorityClass(Body, frozen=True, kw_only=True):
 class VerifyKey(Body, frozen=True, kw_only=True):
     """Internal (gateway → tenancy): check a presented API key."""
 
-    secret: Annotated[str, msgspec.Meta(max_length=256)]
+    secret: Annotated[str, msgspec.Meta(min_length=1, max_length=256)]
 
 
 class Bootstrap(Body, frozen=True, kw_only=True):
@@ -148,7 +148,7 @@ class UserView(msgspec.Struct, frozen=True, kw_only=True):
     tenant: str
     id: str
     name: str
-    kind: str
+    kind: Literal["user", "service_account"]
     roles: list[RoleBinding]
     created_at: datetime
 

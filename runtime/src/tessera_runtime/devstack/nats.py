@@ -79,6 +79,8 @@ class EmbeddedNats(ChildServer):
             ``None`` keeps the server default (fsync every 2 minutes: acks come before fsync).
         monitor_port: HTTP monitoring port (``/healthz``, ``/varz``, ``/jsz``), used for the
             readiness check; ``None`` picks a free one at the first start and keeps it.
+        extra_config: server configuration appended verbatim (e.g. an ``authorization`` block
+            from ``tessera infra nats-auth``).
 
     """
 
@@ -96,9 +98,11 @@ class EmbeddedNats(ChildServer):
         sync_interval: str | None = None,
         *,
         monitor_port: int | None = None,
+        extra_config: str = "",
     ) -> None:
         super().__init__(data_dir, port, {_MONITOR: monitor_port})
         self.sync_interval = sync_interval
+        self.extra_config = extra_config
         self._binary: str | None = None
 
     @property
@@ -128,7 +132,7 @@ class EmbeddedNats(ChildServer):
         ]
         if self.sync_interval is not None:
             lines.append(f"  sync_interval: {_conf_str(self.sync_interval)}")
-        lines += ["}", ""]
+        lines += ["}", self.extra_config, ""]
         self.config_path.write_text("\n".join(lines))
 
     def _command(self) -> list[str]:

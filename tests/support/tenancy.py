@@ -1,9 +1,9 @@
-"""A real tenancy service (projector + RPC server) on the test's NATS and database."""
+"""Fixture `tenancy`: a real tenancy service (projector + RPC server) on the test's NATS and database."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
@@ -99,6 +99,3 @@ async def tenancy(nc: NATS, log: EventLog, pool: asyncpg.Pool) -> AsyncIterator[
         await server.stop()
         stop.set()
         await follower
-
-
-Factory = Callable[..., Any]

@@ -71,7 +71,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command != "projections":  # services configure their own logging
-        logs.configure("tessera-cli", level="WARNING")
+        logs.configure_on_first_use("tessera-cli", level="WARNING")
     try:
         result = args.handler(args)
         if asyncio.iscoroutine(result):

@@ -1,4 +1,8 @@
-"""Structured logs: one JSON object a line on stderr (structlog), with the service name bound."""
+"""Structured logs: one JSON object a line on stderr (structlog), with the service name bound.
+
+structlog is imported on first use, not with this module: it pulls in rich when rich is
+installed (litestar brings it), about 0.3 s that a short CLI command should not pay.
+"""
 
 from __future__ import annotations
 
@@ -7,15 +11,15 @@ import os
 import sys
 from typing import Any
 
-import structlog
 
-
-def configure(service_name: str, level: str | None = None) -> structlog.stdlib.BoundLogger:
+def configure(service_name: str, level: str | None = None) -> Any:
     """Set up JSON logging for this process and return a logger bound to ``service=service_name``.
 
     ``level`` defaults to ``TESSERA_LOG_LEVEL`` or ``INFO``. Set ``TESSERA_LOG_FORMAT=console``
     for human-readable lines while developing.
     """
+    import structlog
+
     level_name = (level or os.environ.get("TESSERA_LOG_LEVEL", "INFO")).upper()
     renderer: Any = (
         structlog.dev.ConsoleRenderer()
@@ -34,10 +38,24 @@ def configure(service_name: str, level: str | None = None) -> structlog.stdlib.B
         logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
         cache_logger_on_first_use=True,
     )
-    logger: structlog.stdlib.BoundLogger = structlog.get_logger().bind(service=service_name)
-    return logger
+    return structlog.get_logger().bind(service=service_name)
+
+
+_pending: tuple[str, str | None] | None = None
+
+
+def configure_on_first_use(service_name: str, level: str | None = None) -> None:
+    """Like :func:`configure`, but only when something first logs (short CLI commands never do)."""
+    global _pending
+    _pending = (service_name, level)
 
 
 def get(name: str) -> Any:
     """A logger for one component of the runtime (bound as ``component=name``)."""
+    global _pending
+    import structlog
+
+    if _pending is not None:
+        pending, _pending = _pending, None
+        configure(*pending)
     return structlog.get_logger().bind(component=name)

@@ -1,8 +1,10 @@
 """Fixtures: real NATS (JetStream) and real Postgres for every test, never mocks.
 
 By default the session starts the embedded stack (the same one ``tessera dev up`` starts) in a
-temporary folder. With ``NATS_URL`` and ``DATABASE_URL`` set, those servers are used instead.
-Each test gets fresh streams (deleted and recreated) and a fresh database of its own.
+temporary folder. With ``TESSERA_TEST_NATS_URL`` and ``TESSERA_TEST_DATABASE_URL`` set, those
+servers are used instead. Each test gets fresh streams (deleted and recreated) and a fresh
+database of its own, so the servers must be ones whose data may be thrown away: ``NATS_URL`` and
+``DATABASE_URL``, which may well point at a user's own stack, are deliberately not read.
 """
 
 from __future__ import annotations
@@ -43,8 +45,8 @@ class Servers:
 
 @pytest.fixture(scope="session")
 def servers() -> Iterator[Servers]:
-    if os.environ.get("NATS_URL") and os.environ.get("DATABASE_URL"):
-        yield Servers(os.environ["NATS_URL"], os.environ["DATABASE_URL"])
+    if os.environ.get("TESSERA_TEST_NATS_URL") and os.environ.get("TESSERA_TEST_DATABASE_URL"):
+        yield Servers(os.environ["TESSERA_TEST_NATS_URL"], os.environ["TESSERA_TEST_DATABASE_URL"])
         return
     # Not under pytest's own temp root: pytest keeps that 0700, and Postgres runs as another user.
     home = Path(tempfile.mkdtemp(prefix="tessera-tests-"))

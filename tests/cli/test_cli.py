@@ -109,3 +109,14 @@ def test_bench_eventlog_prints_its_json(servers: object, database_url: str) -> N
     for key in ("append_events_per_s", "project_events_per_s", "replay_events_per_s", "payload_bytes"):
         assert figures[key] > 0
     assert figures["events"] == 500 and figures["replay_events"] >= 800
+
+
+def test_an_unreachable_server_fails_fast_with_one_line(servers: object) -> None:
+    began = time.monotonic()
+    result = tessera(
+        "replay", "verify", "--all", "--nats-url", "nats://127.0.0.1:1",
+        "--database-url", servers.database_url,  # type: ignore[attr-defined]
+    )  # fmt: skip
+    assert result.returncode == 1
+    assert time.monotonic() - began < 15
+    assert result.stderr.count("\n") == 1 and result.stderr.startswith("tessera: error: could not connect to NATS")

@@ -139,3 +139,10 @@ def test_dump_writes_a_json_schema_per_event_type(tmp_path: Path) -> None:
     # Every file is valid JSON Schema-shaped JSON.
     for f in files:
         assert isinstance(msgspec.json.decode(f.read_bytes()), dict)
+
+
+def test_envelopes_of_other_specs_or_with_naive_times_are_refused() -> None:
+    doc = json.loads(codec.encode(sample_event(sample_ref(1), 5)))
+    for field, value in [("specversion", "0.3"), ("time", "2026-01-01T00:00:00"), ("datacontenttype", "text/xml")]:
+        with pytest.raises(codec.DecodeError):
+            codec.decode_envelope(json.dumps({**doc, field: value}).encode())

@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from tessera_contracts.streams import EVENTS
-from tessera_runtime.errors import ConcurrencyConflict
+from tessera_runtime.errors import ConcurrencyConflict, EventLogError
 from tessera_runtime.eventlog import AppendRequest, EventLog
 from tessera_runtime.testing import sample_event, sample_ref
 
@@ -101,3 +101,36 @@ async def test_envelope_subject_must_match(log: EventLog) -> None:
     a, b = sample_ref(1), sample_ref(2)
     with pytest.raises(ValueError, match="subject"):
         await log.append(a.subject, [sample_event(b, 1)], expected_last_seq=None)
+
+
+async def test_an_unsendable_event_fails_its_own_request_only(log: EventLog) -> None:
+    big, small = sample_ref(1), sample_ref(2)
+    results = await log.append_many(
+        [
+            AppendRequest(big.subject, [sample_event(big, 1, note="x" * 2_000_000)], 0),  # over max_payload
+            AppendRequest(small.subject, [sample_event(small, 1)], 0),
+        ]
+    )
+    assert isinstance(results[0], EventLogError) and "not sent" in str(results[0])
+    assert isinstance(results[1], list) and results[1][0].seq == 1
+    assert await log.head() == 1
+
+
+async def test_existing_streams_are_not_reconfigured(log: EventLog) -> None:
+    info = await log.js.stream_info(EVENTS.name)
+    info.config.duplicate_window = 30.0
+    info.config.description = "tuned by the operator"
+    await log.js.update_stream(info.config)
+    await log.ensure_streams(replicas=1)
+    after = await log.js.stream_info(EVENTS.name)
+    assert (after.config.duplicate_window, after.config.description) == (30.0, "tuned by the operator")
+
+
+async def test_a_missing_stream_and_a_short_aggregate_are_clear_errors(log: EventLog) -> None:
+    ref = sample_ref(1)
+    await log.append(ref.subject, [sample_event(ref, 1)], 0)
+    with pytest.raises(EventLogError, match="ends before sequence 9"):
+        await log._read_subject(ref.subject, 9)
+    await log.js.delete_stream(EVENTS.name)
+    with pytest.raises(EventLogError, match="no event log"):
+        await log.head()

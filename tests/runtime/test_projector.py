@@ -1,13 +1,17 @@
 from __future__ import annotations
 
+import asyncio
 import json
 
 import asyncpg
+import pytest
 
 from tessera_contracts.streams import DEAD_LETTERS
-from tessera_runtime.eventlog import EventLog
-from tessera_runtime.jetstream import PullReader
-from tessera_runtime.projector import Projector
+from tessera_runtime import replay
+from tessera_runtime.audit import AUDIT
+from tessera_runtime.eventlog import AppendRequest, EventLog
+from tessera_runtime.jetstream import Delivered, PullReader
+from tessera_runtime.projector import ProjectionAhead, Projector
 from tessera_runtime.testing import SAMPLE_TOTALS, sample_event, sample_ref
 
 
@@ -87,3 +91,69 @@ async def test_a_failing_batch_is_retried_event_by_event(log: EventLog, pool: as
     await projector.catch_up()
     # Only the poison event is missing; its batch-mates were applied once each.
     assert await totals(pool) == {r.subject: (1, i) for i, r in enumerate(refs) if i != 2}
+
+
+async def test_checkpoint_and_rows_commit_together(log: EventLog, pool: asyncpg.Pool) -> None:
+    class CrashesBeforeCheckpoint(Projector):
+        crashes = 1
+
+        async def _store_checkpoint(self, conn: asyncpg.Connection, position: int) -> None:
+            if self.crashes:
+                self.crashes -= 1
+                raise OSError("connection lost between the rows and the checkpoint")
+            await super()._store_checkpoint(conn, position)
+
+    a = sample_ref(1)
+    await log.append(a.subject, [sample_event(a, n) for n in (1, 2, 3)], 0)
+    projector = CrashesBeforeCheckpoint(SAMPLE_TOTALS, pool, log)
+    with pytest.raises(OSError, match="between the rows"):
+        await projector.catch_up()
+    # The rows written before the failure rolled back with it.
+    assert await totals(pool) == {}
+    assert await pool.fetchval("SELECT position FROM proj_sample_totals._checkpoint") == 0
+    assert await projector.catch_up() == 3
+    assert await totals(pool) == {a.subject: (3, 6)}
+
+
+async def test_a_dead_letter_is_published_and_counted_once_across_a_retry(log: EventLog, pool: asyncpg.Pool) -> None:
+    class FailsAfterPublishing(Projector):
+        failures = 1
+
+        async def _dead_letter(self, conn: asyncpg.Connection, msg: Delivered, error: str, attempts: int) -> None:
+            await super()._dead_letter(conn, msg, error, attempts)
+            if self.failures:
+                self.failures -= 1
+                raise OSError("crashed after publishing the dead letter")
+
+    a = sample_ref(1)
+    await log.append(a.subject, [sample_event(a, -1), sample_event(a, 5)], 0)
+    projector = FailsAfterPublishing(SAMPLE_TOTALS, pool, log)
+    with pytest.raises(OSError):
+        await projector.catch_up()
+    assert await projector.catch_up() == 2
+    assert projector.dead_lettered == 1
+    assert await totals(pool) == {a.subject: (1, 5)}
+    info = await log.js.stream_info(DEAD_LETTERS.name)
+    assert info.state.messages == 1
+
+
+async def test_large_events_are_never_skipped(log: EventLog, pool: asyncpg.Pool) -> None:
+    """Batches of big events must not overrun the client (a slow-consumer cut-off loses messages)."""
+    refs = [sample_ref(i) for i in range(40)]
+    note = "x" * 900_000  # 40 x 4 = 160 events of 900 KB: 144 MB, over the client's 64 MB pending limit
+    for k in range(4):
+        await log.append_many([AppendRequest(r.subject, [sample_event(r, k, note=note)], None) for r in refs])
+    projector = Projector(AUDIT, pool, log, batch_size=1000)
+    assert await projector.catch_up() == 160
+    assert await pool.fetchval("SELECT count(*) FROM proj_audit.events") == 160
+    assert await replay.rebuild(pool, log, AUDIT) == 160
+    assert await pool.fetchval("SELECT count(*) FROM proj_audit.events") == 160
+
+
+async def test_a_checkpoint_past_the_end_of_the_log_stops_the_projector(log: EventLog, pool: asyncpg.Pool) -> None:
+    a = sample_ref(1)
+    await log.append(a.subject, [sample_event(a, 1)], 0)
+    await Projector(SAMPLE_TOTALS, pool, log).catch_up()
+    await pool.execute("UPDATE proj_sample_totals._checkpoint SET position = 99")  # as if the stream was recreated
+    with pytest.raises(ProjectionAhead, match="log ends at 1"):
+        await Projector(SAMPLE_TOTALS, pool, log).run(asyncio.Event())

@@ -5,8 +5,9 @@ import asyncio
 import asyncpg
 import pytest
 
-from tessera_runtime import replay
+from tessera_runtime import checksum, replay
 from tessera_runtime.audit import AUDIT
+from tessera_runtime.errors import ReplayBusy
 from tessera_runtime.eventlog import EventLog
 from tessera_runtime.projector import Projector
 from tessera_runtime.testing import SAMPLE_TOTALS, sample_event, sample_ref
@@ -90,7 +91,6 @@ async def test_verify_without_a_live_projection_is_a_clear_error(log: EventLog, 
 
 
 async def test_projector_rebuilds_when_the_projection_version_changes(log: EventLog, pool: asyncpg.Pool) -> None:
-    from tessera_runtime.runner import follow
     from tessera_runtime.testing import SampleTotals
 
     await seed(log, aggregates=3, per=2)
@@ -102,7 +102,7 @@ async def test_projector_rebuilds_when_the_projection_version_changes(log: Event
 
     stop = asyncio.Event()
     projector = Projector(SampleTotalsV2(), pool, log)
-    task = asyncio.create_task(follow(projector, stop))
+    task = asyncio.create_task(projector.run(stop))
     for _ in range(100):
         if await pool.fetchval("SELECT version FROM proj_sample_totals._checkpoint") == 2:
             break
@@ -110,3 +110,26 @@ async def test_projector_rebuilds_when_the_projection_version_changes(log: Event
     stop.set()
     await task
     assert await pool.fetchval("SELECT min(total) FROM proj_sample_totals.totals") >= 0
+
+
+async def test_a_second_replay_of_the_same_projection_is_refused(log: EventLog, pool: asyncpg.Pool) -> None:
+    await seed(log, aggregates=2, per=2)
+    await Projector(SAMPLE_TOTALS, pool, log).catch_up()
+    async with replay.exclusive(pool, SAMPLE_TOTALS):
+        with pytest.raises(ReplayBusy):
+            await replay.verify(pool, log, SAMPLE_TOTALS)
+        with pytest.raises(ReplayBusy):
+            await replay.rebuild(pool, log, SAMPLE_TOTALS)
+    assert (await replay.verify(pool, log, SAMPLE_TOTALS)).equal
+
+
+async def test_checksums_ignore_row_order_and_count_duplicates(pool: asyncpg.Pool) -> None:
+    async def digest(schema: str, rows: list[int]) -> str:
+        await pool.execute(f"CREATE SCHEMA {schema}; CREATE TABLE {schema}.t (a int)")
+        await pool.executemany(f"INSERT INTO {schema}.t VALUES ($1)", [(r,) for r in rows])
+        async with pool.acquire() as conn:
+            return checksum.combine(await checksum.table_sums(conn, schema))
+
+    assert await digest("s1", [1, 1, 2]) == await digest("s2", [2, 1, 1])
+    assert await digest("s3", [1, 1, 2]) != await digest("s4", [1, 2, 2])
+    assert await digest("s5", [1, 1]) != await digest("s6", [1])

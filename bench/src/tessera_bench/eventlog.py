@@ -91,7 +91,8 @@ async def _measure(
             "replay_events_per_s": round(position / replay_s),
         }
         out["postgres"] = await pool.fetchval("SHOW server_version")
-        out["nats_server"] = nc.connected_server_version and str(nc.connected_server_version)
+        version = nc.connected_server_version
+        out["nats_server"] = f"{version.major}.{version.minor}.{version.patch}"
         return out
     finally:
         await pool.close()

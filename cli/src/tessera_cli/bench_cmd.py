@@ -12,11 +12,11 @@ def register(sub: Any) -> None:
     p = sub.add_parser("bench", help="benchmarks (JSON out)")
     bsub = p.add_subparsers(dest="benchmark", required=True, metavar="BENCHMARK")
     e = bsub.add_parser("eventlog", help="append, projection and replay throughput of the event log")
-    e.add_argument("--events", type=_positive, default=200_000, help="events to append (default 200000)")
-    e.add_argument("--aggregates", type=_positive, default=1000, help="aggregates they spread over (default 1000)")
-    e.add_argument("--payload-bytes", type=_positive, default=256, help="size of each event's data (default 256)")
+    e.add_argument("--events", type=positive_int, default=200_000, help="events to append (default 200000)")
+    e.add_argument("--aggregates", type=positive_int, default=1000, help="aggregates they spread over (default 1000)")
+    e.add_argument("--payload-bytes", type=positive_int, default=256, help="size of each event's data (default 256)")
     e.add_argument(
-        "--replay-events", type=_positive, default=1_000_000, help="log size for the replay (default 1000000)"
+        "--replay-events", type=positive_int, default=1_000_000, help="log size for the replay (default 1000000)"
     )
     e.add_argument("--sync-events", type=int, default=50_000, help="events for the sync_interval=always run (0: skip)")
     e.add_argument("--nats-url", help="use this NATS instead of a private embedded one")
@@ -25,8 +25,12 @@ def register(sub: Any) -> None:
     e.set_defaults(handler=run_eventlog)
 
 
-def _positive(text: str) -> int:
-    value = int(text)
+def positive_int(text: str) -> int:
+    """Argparse ``type``: an integer of 1 or more."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, not {text!r}") from None
     if value <= 0:
         raise argparse.ArgumentTypeError(f"must be a positive integer, not {text}")
     return value

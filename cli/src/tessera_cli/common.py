@@ -34,14 +34,14 @@ class Session:
 
 @asynccontextmanager
 async def session(args: argparse.Namespace, name: str = "tessera-cli") -> AsyncIterator[Session]:
-    """Connect (failing after 10 s, not retrying forever like a service) and ensure the streams."""
+    """Connect, failing after 5 s rather than retrying forever like a service."""
     settings = Settings.from_env(nats_url=args.nats_url, database_url=args.database_url)
-    nc = await connect.connect_nats(settings.nats_url, name, deadline_s=10)
+    nc = await connect.connect_nats(settings.nats_url, name, deadline_s=5)
     try:
-        pool = await connect.connect_postgres(settings.database_url, deadline_s=10)
+        pool = await connect.connect_postgres(settings.database_url, deadline_s=5)
         try:
+            # Read-only on the streams: creating or reconfiguring them is the services' business.
             log = EventLog(nc, timeout_s=settings.append_timeout_s)
-            await log.ensure_streams(settings.stream_replicas)
             yield Session(settings, nc, pool, log)
         finally:
             await pool.close()

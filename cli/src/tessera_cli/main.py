@@ -70,8 +70,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``tessera`` script; returns the exit status."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.command != "projections":  # services configure their own logging
-        logs.configure_on_first_use("tessera-cli", level="WARNING")
+    if (args.command, getattr(args, "action", None)) != ("projections", "run"):  # a service logs its own way
+        logs.configure_on_first_use("tessera-cli", level="ERROR")
     try:
         result = args.handler(args)
         if asyncio.iscoroutine(result):

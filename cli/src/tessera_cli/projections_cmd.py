@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
+import asyncpg
+
 from tessera_cli.common import add_server_options, session
+from tessera_runtime.errors import EventLogError
 from tessera_runtime.projection import Projection, registered_projections, schema_of
 from tessera_runtime.projector import quote_ident
 from tessera_runtime.runner import ServiceContext, run_service
@@ -29,7 +33,6 @@ def select(names: list[str]) -> list[Projection]:
 
     Raises:
         LookupError: a name is not registered.
-
     """
     known = registered_projections()
     unknown = sorted(set(names) - set(known))
@@ -54,9 +57,18 @@ async def run_projectors(args: argparse.Namespace) -> int:
 
 
 async def status(args: argparse.Namespace) -> int:
-    """Print one line per projection: name, position, lag to the head, dead letters."""
+    """Print one line per projection: name, position, lag to the head, dead letters.
+
+    The lag is counted in stream sequences (events of every domain), an upper bound on the
+    events a projection that reads some domains only still has to apply. A position past the
+    head means the stream was recreated under the projection: it is flagged, not hidden.
+    """
     async with session(args) as s:
-        head = await s.log.head()
+        try:
+            head = await s.log.head()
+        except EventLogError as exc:
+            print(f"tessera: {exc}", file=sys.stderr)
+            head = 0
         print(f"{'projection':<20} {'position':>10} {'lag':>8} {'dead letters':>12}")
         async with s.pool.acquire() as conn:
             for projection in select([]):
@@ -64,8 +76,9 @@ async def status(args: argparse.Namespace) -> int:
                 try:
                     position = await conn.fetchval(f"SELECT position FROM {q}._checkpoint")
                     dead = await conn.fetchval(f"SELECT count(*) FROM {q}._dead_letters")
-                except Exception:
+                except (asyncpg.UndefinedTableError, asyncpg.InvalidSchemaNameError):
                     print(f"{projection.name:<20} {'(not built)':>10}")
                     continue
-                print(f"{projection.name:<20} {position:>10} {head - position:>8} {dead:>12}")
+                note = "  AHEAD OF THE LOG: rebuild it" if position > head else ""
+                print(f"{projection.name:<20} {position:>10} {head - position:>8} {dead:>12}{note}")
     return 0

@@ -63,8 +63,9 @@ async def run_verify(args: argparse.Namespace) -> int:
 
 async def run_rebuild(args: argparse.Namespace) -> int:
     """Rebuild each named projection and swap it in."""
+    projections = select(args.names)  # unknown names fail before any connection is tried
     async with session(args) as s:
-        for projection in select(args.names):
+        for projection in projections:
             position = await replay.rebuild(s.pool, s.log, projection)
             print(f"{projection.name}: rebuilt to sequence {position}")
     return 0

@@ -28,7 +28,6 @@ def decode_envelope(raw: bytes) -> Envelope:
 
     Raises:
         DecodeError: not JSON, or a required attribute is missing or of the wrong type.
-
     """
     try:
         return _envelope_decoder.decode(raw)
@@ -44,7 +43,6 @@ def payload(env: Envelope) -> Event:
     Raises:
         tessera_contracts.registry.UnknownEventType: ``type`` is not registered.
         DecodeError: ``data`` does not match the type's schema.
-
     """
     cls = lookup(env.type)
     decoder = _payload_decoders.get(cls)

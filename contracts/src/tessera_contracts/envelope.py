@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
+from typing import Annotated, Literal
 
 import msgspec
 
 from tessera_contracts.registry import Event
 
-SPEC_VERSION = "1.0"
-CONTENT_TYPE = "application/json"
+SPEC_VERSION: Literal["1.0"] = "1.0"
+CONTENT_TYPE: Literal["application/json"] = "application/json"
 
 
 class Envelope(msgspec.Struct, kw_only=True, omit_defaults=True):
@@ -31,21 +32,22 @@ class Envelope(msgspec.Struct, kw_only=True, omit_defaults=True):
 
     ``specversion`` and ``datacontenttype`` have no defaults so that they are always written
     (CloudEvents requires ``specversion``; defaults would be omitted on the wire).
+    Decoding checks what a reader relies on: CloudEvents 1.0, JSON data, an aware ``time``.
     ``data`` stays raw JSON until a reader asks for it (:func:`tessera_contracts.codec.payload`),
     so a projector that only needs attributes never decodes payloads, and an event of a type this
     reader does not know can still be stored, forwarded and dead-lettered intact.
     """
 
-    id: str
-    source: str
-    type: str
-    subject: str
-    time: datetime
-    tenant: str
-    correlationid: str
+    id: Annotated[str, msgspec.Meta(min_length=1, max_length=128)]
+    source: Annotated[str, msgspec.Meta(min_length=1, max_length=256)]
+    type: Annotated[str, msgspec.Meta(min_length=1, max_length=256)]
+    subject: Annotated[str, msgspec.Meta(min_length=1, max_length=512)]
+    time: Annotated[datetime, msgspec.Meta(tz=True)]
+    tenant: Annotated[str, msgspec.Meta(min_length=1, max_length=63)]
+    correlationid: Annotated[str, msgspec.Meta(min_length=1, max_length=128)]
     data: msgspec.Raw
-    specversion: str
-    datacontenttype: str
+    specversion: Literal["1.0"]
+    datacontenttype: Literal["application/json"]
     causationid: str | None = None
     traceparent: str | None = None
 
@@ -74,7 +76,6 @@ def envelope(
 
     Raises:
         ValueError: ``event`` is of an unregistered class, or ``time`` has no time zone.
-
     """
     if not type(event).TYPE:
         raise ValueError(f"{type(event).__name__} has no event type: declare it with @event_type")

@@ -46,7 +46,6 @@ def event_type(name: str) -> Callable[[E], E]:
     Raises:
         ValueError: the name does not match ``tessera.<domain>.<...>.v<N>``.
         DuplicateEventType: another class already has this name.
-
     """
     if not TYPE_NAME.match(name):
         raise ValueError(f"event type {name!r} must look like tessera.<domain>.<aggregate>.<verb>.v1")
@@ -66,7 +65,6 @@ def lookup(name: str) -> type[Event]:
 
     Raises:
         UnknownEventType: nothing is registered under ``name``.
-
     """
     try:
         return _REGISTRY[name]

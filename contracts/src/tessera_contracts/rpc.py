@@ -29,7 +29,6 @@ def rpc_subject(service: str, operation: str) -> str:
 
     Raises:
         ValueError: a token is not a lower-case identifier.
-
     """
     for token in (service, operation):
         if not _TOKEN.match(token):

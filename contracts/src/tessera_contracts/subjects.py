@@ -38,7 +38,6 @@ class AggregateRef(msgspec.Struct, frozen=True):
 
     Raises:
         InvalidSubject: a token is empty, too long, or holds ``.``, ``*``, ``>`` or whitespace.
-
     """
 
     domain: str
@@ -63,7 +62,6 @@ class AggregateRef(msgspec.Struct, frozen=True):
 
         Raises:
             InvalidSubject: not of the form ``ev.<domain>.<tenant>.<aggregate>.<id>``.
-
         """
         parts = subject.split(".")
         if len(parts) != 5 or parts[0] != EVENT_ROOT:

@@ -28,7 +28,6 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
 
         Raises:
             tessera_runtime.devstack.StackError: no URL given and no embedded stack running.
-
         """
         home = Path(os.environ.get("TESSERA_HOME", ".tessera")).resolve()
         if nats_url is None or database_url is None:

@@ -30,7 +30,6 @@ async def with_backoff(
 
     Raises:
         TimeoutError: still failing after ``deadline_s`` seconds (the last error is chained).
-
     """
     log = logs.get("connect")
     loop = asyncio.get_running_loop()
@@ -61,18 +60,23 @@ async def connect_nats(url: str, name: str, *, deadline_s: float = 60.0) -> NATS
         log.warning("nats.error", client=name, error=repr(exc))
 
     async def attempt() -> NATS:
-        return await nats.connect(
+        # The first connection fails fast (with_backoff retries it, up to its deadline); once
+        # connected, the client reconnects forever.
+        nc = await nats.connect(
             url,
             name=name,
-            max_reconnect_attempts=-1,
+            max_reconnect_attempts=1,  # nats-py would otherwise retry the first connection forever
             reconnect_time_wait=0.25,
             connect_timeout=2,
-            allow_reconnect=True,
+            allow_reconnect=False,
             disconnected_cb=on_disconnect,
             reconnected_cb=on_reconnect,
             error_cb=on_error,
             pending_size=64 * 1024 * 1024,
         )
+        nc.options["allow_reconnect"] = True
+        nc.options["max_reconnect_attempts"] = -1
+        return nc
 
     return await with_backoff(f"NATS at {url}", attempt, deadline_s=deadline_s)
 

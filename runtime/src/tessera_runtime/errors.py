@@ -25,3 +25,7 @@ class AppendTimeout(EventLogError):
 
     Retrying with the same envelope (same event id) is safe: the server deduplicates it.
     """
+
+
+class ReplayBusy(RuntimeError):
+    """Another rebuild or verification of the same projection is running; try again later."""

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 import msgspec
+import nats.errors
 import nats.js.errors
 from nats.aio.client import Client as NATS
 from nats.js import api
@@ -27,7 +28,7 @@ from tessera_contracts.envelope import Envelope
 from tessera_contracts.streams import ALL_STREAMS, EVENTS, StreamSpec
 from tessera_runtime import tracing
 from tessera_runtime.errors import AppendTimeout, ConcurrencyConflict, EventLogError
-from tessera_runtime.jetstream import Delivered, PubAck, Publisher, PullReader
+from tessera_runtime.jetstream import Delivered, PubAck, Publisher, PullReader, ReaderGap
 
 EXPECTED_LAST_SUBJECT_SEQ = "Nats-Expected-Last-Subject-Sequence"
 MSG_ID = "Nats-Msg-Id"
@@ -86,7 +87,6 @@ class EventLog:
         stream: the stream to use (default :data:`tessera_contracts.streams.EVENTS`).
         timeout_s: how long an append waits for the server's acknowledgement, in seconds.
         max_in_flight: how many publishes may await acknowledgement at once (back-pressure).
-
     """
 
     def __init__(
@@ -105,20 +105,19 @@ class EventLog:
         self._publisher = Publisher(nc)
 
     async def ensure_streams(self, replicas: int = 1) -> None:
-        """Create Tessera's streams, or update them to the settings in :mod:`tessera_contracts.streams`.
+        """Create Tessera's streams where missing, with :mod:`tessera_contracts.streams`'s settings.
+
+        An existing stream is left as it is: its configuration (replicas, say) is an operator's
+        decision, not something every process start should rewrite.
 
         Raises:
             nats.js.errors.APIError: the server refused a setting (e.g. too few servers for ``replicas``).
-
         """
         for spec in ALL_STREAMS:
-            config = stream_config(spec, replicas)
             try:
                 await self.js.stream_info(spec.name)
             except nats.js.errors.NotFoundError:
-                await self.js.add_stream(config)
-            else:
-                await self.js.update_stream(config)
+                await self.js.add_stream(stream_config(spec, replicas))
 
     async def append(self, subject: str, events: Sequence[Envelope], expected_last_seq: int | None) -> list[Appended]:
         """Append events to one aggregate, in order.
@@ -132,7 +131,6 @@ class EventLog:
             AppendTimeout: no acknowledgement within ``timeout_s``; retrying is safe.
             EventLogError: the server refused the append for another reason.
             ValueError: an envelope's ``subject`` is not ``subject``.
-
         """
         [result] = await self.append_many([AppendRequest(subject, events, expected_last_seq)])
         if isinstance(result, EventLogError):
@@ -148,7 +146,6 @@ class EventLog:
 
         Raises:
             ValueError: an envelope's ``subject`` is not its request's ``subject``.
-
         """
         for r in requests:
             for env in r.events:
@@ -163,13 +160,20 @@ class EventLog:
                 wave = [i for i, r in enumerate(requests) if k < len(r.events) and failed[i] is None]
                 for start in range(0, len(wave), self.max_in_flight):
                     chunk = wave[start : start + self.max_in_flight]
-                    futures = [
-                        await self._send(requests[i].subject, requests[i].events[k], expected[i], traceparent)
-                        for i in chunk
-                    ]
-                    await asyncio.wait(futures, timeout=self.timeout_s)
-                    self._publisher.forget([f for f in futures if not f.done()])
-                    for i, future in zip(chunk, futures, strict=True):
+                    sent: list[tuple[int, asyncio.Future[PubAck]]] = []
+                    for i in chunk:
+                        try:
+                            future = await self._send(
+                                requests[i].subject, requests[i].events[k], expected[i], traceparent
+                            )
+                        except (nats.errors.Error, OSError) as exc:  # too large, buffer full, closed
+                            failed[i] = EventLogError(f"append to {requests[i].subject} not sent: {exc}")
+                            continue
+                        sent.append((i, future))
+                    if sent:
+                        await asyncio.wait([f for _, f in sent], timeout=self.timeout_s)
+                    self._publisher.forget([f for _, f in sent if not f.done()])
+                    for i, future in sent:
                         try:
                             ack = self._result(requests[i].subject, future, expected[i])
                         except ConcurrencyConflict as exc:
@@ -189,7 +193,7 @@ class EventLog:
         self, subject: str, env: Envelope, expected: int | None, traceparent: str | None
     ) -> asyncio.Future[PubAck]:
         if env.traceparent is None and traceparent is not None:
-            env.traceparent = traceparent
+            env = msgspec.structs.replace(env, traceparent=traceparent)  # the caller's stays as it was
         headers = {MSG_ID: env.id}
         if traceparent is not None:
             headers[tracing.TRACEPARENT] = traceparent
@@ -238,25 +242,43 @@ class EventLog:
 
         Raises:
             tessera_contracts.codec.DecodeError: a stored event is not a valid envelope.
-
         """
         last = await self.last_sequence(subject)
         if last == 0:
             return [], 0
+        for _attempt in range(3):
+            try:
+                return await self._read_subject(subject, last), last
+            except ReaderGap:
+                continue
+        raise EventLogError(f"could not read {subject}: messages kept getting lost on the way")
+
+    async def _read_subject(self, subject: str, last: int) -> list[StoredEvent]:
         events: list[StoredEvent] = []
         async with self.reader((subject,), start_seq=1) as reader:
             while not events or events[-1].seq < last:
-                for msg in await reader.fetch(1000, timeout_s=self.timeout_s):
-                    events.append(to_stored(msg))
-        return [e for e in events if e.seq <= last], last
+                msgs = await reader.fetch(1000, timeout_s=self.timeout_s)
+                if not msgs and await reader.pending() == 0:
+                    raise EventLogError(f"{subject} ends before sequence {last}")
+                events += [to_stored(m) for m in msgs]
+        return [e for e in events if e.seq <= last]
 
     def reader(self, filter_subjects: Sequence[str], *, start_seq: int) -> PullReader:
         """A reader of this log's stream from ``start_seq``, narrowed to ``filter_subjects``."""
         return PullReader(self.nc, self.stream.name, filter_subjects, start_seq=start_seq)
 
     async def head(self) -> int:
-        """The stream's last sequence (0 when empty)."""
-        info = await self.js.stream_info(self.stream.name)
+        """The stream's last sequence (0 when empty).
+
+        Raises:
+            EventLogError: the stream does not exist on this server.
+        """
+        try:
+            info = await self.js.stream_info(self.stream.name)
+        except nats.js.errors.NotFoundError:
+            raise EventLogError(
+                f"no event log on this NATS server (stream {self.stream.name} is missing); start Tessera's services"
+            ) from None
         return int(info.state.last_seq)
 
 
@@ -265,6 +287,5 @@ def to_stored(msg: Delivered) -> StoredEvent:
 
     Raises:
         tessera_contracts.codec.DecodeError: the body is not a valid envelope.
-
     """
     return StoredEvent(msg.seq, msg.subject, codec.decode_envelope(msg.data))

@@ -28,6 +28,9 @@ from nats.aio.msg import Msg
 from nats.js import api
 
 STATUS = "Status"
+MAX_PULL_BYTES = 8 * 1024 * 1024
+"""Bytes one pull request may deliver: far below the client's 64 MiB pending limit, so a batch of
+large events cannot make the server or the client cut the connection as a slow consumer."""
 
 
 class PubAck(msgspec.Struct):
@@ -102,26 +105,41 @@ class Delivered(msgspec.Struct, frozen=True):
     pending: int
 
 
-def parse_ack_subject(reply: str) -> tuple[int, int]:
-    """(stream sequence, pending) from a ``$JS.ACK`` reply subject.
+def parse_ack_subject(reply: str) -> tuple[int, int, int]:
+    """(stream sequence, consumer sequence, pending) from a ``$JS.ACK`` reply subject.
 
     v1: ``$JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<ts>.<pending>`` (9 tokens);
     v2: ``$JS.ACK.<domain>.<account>.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<ts>.<pending>[.<token>]``.
 
     Raises:
         ValueError: not an ack subject.
-
     """
     tokens = reply.split(".")
     if len(tokens) == 9:
-        return int(tokens[5]), int(tokens[8])
+        return int(tokens[5]), int(tokens[6]), int(tokens[8])
     if len(tokens) >= 11:
-        return int(tokens[7]), int(tokens[10])
+        return int(tokens[7]), int(tokens[8]), int(tokens[10])
     raise ValueError(f"not a JetStream ack subject: {reply!r}")
 
 
+class ReaderGap(Exception):
+    """Messages were lost between the server and this reader.
+
+    Raised when the consumer sequence skips (a message was dropped on the way) or the connection
+    was re-established while reading. The reader is then unusable: open a new one from the last
+    sequence that was applied.
+    """
+
+
 class PullReader:
-    """An ephemeral, ack-less pull consumer read from ``start_seq`` (see the module docstring)."""
+    """An ephemeral, ack-less pull consumer read from ``start_seq`` (see the module docstring).
+
+    Loss detection: an ack-less consumer moves on as soon as it sends, so a message lost in
+    transit (the connection dropped, a slow-consumer cut-off) would be skipped silently. Every
+    delivery carries the consumer sequence, which has no gaps; the reader checks it, and any
+    gap or reconnect raises :class:`ReaderGap` instead of returning later messages. Each pull
+    request also caps its bytes (:data:`MAX_PULL_BYTES`) so large events cannot flood the client.
+    """
 
     def __init__(
         self,
@@ -144,6 +162,9 @@ class PullReader:
         self._buffer: list[Delivered] = []
         self._want = 0
         self._done = asyncio.Event()
+        self._last_cseq = 0
+        self._gap: str | None = None
+        self._reconnects = 0
 
     async def __aenter__(self) -> PullReader:
         await self.open()
@@ -168,6 +189,7 @@ class PullReader:
             config.filter_subject = self.filter_subjects[0]
         else:
             config.filter_subjects = list(self.filter_subjects)
+        self._reconnects = self.nc.stats["reconnects"]
         await self.js._jsm.add_consumer(self.stream, config=config)
         self._inbox = self.nc.new_inbox()
         self._sub = await self.nc.subscribe(self._inbox, cb=self._on_msg)
@@ -178,7 +200,11 @@ class PullReader:
             if status != "100":  # 100 = heartbeat / flow control; 404, 408, 409 end a request
                 self._done.set()
             return
-        seq, pending = parse_ack_subject(msg.reply)
+        seq, cseq, pending = parse_ack_subject(msg.reply)
+        if cseq != self._last_cseq + 1 and self._gap is None:
+            self._gap = f"consumer sequence jumped from {self._last_cseq} to {cseq}"
+            self._done.set()
+        self._last_cseq = cseq
         self._buffer.append(Delivered(seq, msg.subject, msg.data, pending))
         if len(self._buffer) >= self._want:
             self._done.set()
@@ -186,7 +212,7 @@ class PullReader:
     async def _request(self, batch: int, timeout_s: float, *, no_wait: bool) -> None:
         self._want = batch
         self._done.clear()
-        request: dict[str, object] = {"batch": batch}
+        request: dict[str, object] = {"batch": batch, "max_bytes": MAX_PULL_BYTES}
         if no_wait:
             request["no_wait"] = True
         else:
@@ -200,20 +226,32 @@ class PullReader:
             await asyncio.wait_for(self._done.wait(), timeout_s + 0.5)
 
     async def fetch(self, batch: int, timeout_s: float) -> list[Delivered]:
-        """Up to ``batch`` messages in sequence order; empty when none came within ``timeout_s``."""
+        """Up to ``batch`` messages in sequence order; empty when none came within ``timeout_s``.
+
+        Raises:
+            ReaderGap: a message was lost on the way, or the connection was re-established.
+        """
+        self._check()
         if not self._buffer:
             await self._request(batch, timeout_s, no_wait=True)
         if not self._buffer:
             await self._request(1, timeout_s, no_wait=False)
+        self._check()
         out, self._buffer = self._buffer[:batch], self._buffer[batch:]
         return out
+
+    def _check(self) -> None:
+        if self._gap is None and self.nc.stats["reconnects"] != self._reconnects:
+            self._gap = "the NATS connection was re-established while reading"
+        if self._gap is not None:
+            self._buffer.clear()
+            raise ReaderGap(self._gap)
 
     async def pending(self) -> int:
         """Messages matching the filter not yet delivered, per the server.
 
         Raises:
             nats.js.errors.NotFoundError: the consumer is gone (e.g. after a NATS restart).
-
         """
         info = await self.js._jsm.consumer_info(self.stream, self.consumer)
         return int(info.num_pending or 0) + len(self._buffer)

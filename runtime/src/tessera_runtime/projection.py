@@ -21,7 +21,7 @@ import asyncpg
 from tessera_runtime.eventlog import StoredEvent
 
 ENTRY_POINT_GROUP = "tessera.projections"
-NAME = re.compile(r"^[a-z][a-z0-9_]{0,40}$")
+NAME = re.compile(r"^[a-z][a-z0-9_]{0,31}$")  # also a dead-letter subject token (32 at most)
 
 
 @runtime_checkable
@@ -41,7 +41,6 @@ class Projection(Protocol):
     verification will, rightly, report a difference. Any exception it raises marks the batch for
     per-event retries; an event that still fails after the projector's ``max_attempts`` is
     dead-lettered.
-
     """
 
     @property
@@ -73,8 +72,7 @@ def schema_of(name: str, suffix: str = "") -> str:
     """The Postgres schema of projection ``name`` (``proj_<name>[__<suffix>]``).
 
     Raises:
-        ValueError: ``name`` is not a lower-case identifier of at most 41 characters.
-
+        ValueError: ``name`` is not a lower-case identifier of at most 32 characters.
     """
     if not NAME.match(name):
         raise ValueError(f"invalid projection name {name!r}")
@@ -86,7 +84,6 @@ def registered_projections() -> dict[str, Projection]:
 
     Raises:
         TypeError: an entry point does not name a :class:`Projection`.
-
     """
     found: dict[str, Projection] = {}
     for ep in entry_points(group=ENTRY_POINT_GROUP):

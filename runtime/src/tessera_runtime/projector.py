@@ -28,8 +28,9 @@ from tessera_contracts import codec
 from tessera_contracts.deadletter import DeadLetter
 from tessera_contracts.subjects import dead_letter_subject
 from tessera_runtime import logs, tracing
-from tessera_runtime.eventlog import EventLog, StoredEvent
-from tessera_runtime.jetstream import Delivered
+from tessera_runtime.errors import ReplayBusy
+from tessera_runtime.eventlog import MSG_ID, EventLog, StoredEvent
+from tessera_runtime.jetstream import Delivered, ReaderGap
 from tessera_runtime.projection import Projection, schema_of
 
 TRANSIENT_DB_ERRORS: tuple[type[BaseException], ...] = (
@@ -45,6 +46,10 @@ TRANSIENT_DB_ERRORS: tuple[type[BaseException], ...] = (
 """Errors that say "try again later", never "this event is bad"."""
 
 TRANSIENT_NATS_ERRORS: tuple[type[BaseException], ...] = (nats.errors.Error, nats.js.errors.Error)
+
+RETRYABLE: tuple[type[BaseException], ...] = (*TRANSIENT_DB_ERRORS, *TRANSIENT_NATS_ERRORS, ReaderGap, ReplayBusy)
+"""What :meth:`Projector.run` backs off and retries on: the servers' hiccups, lost messages, and
+another instance rebuilding the same projection."""
 
 _meter = metrics.get_meter("tessera.projector")
 _dead_letter_counter = _meter.create_counter(
@@ -78,6 +83,10 @@ Tenant-owned projection tables carry a policy ``tenant_id = current_setting('tes
 request handlers set one tenant, as the non-owner app role (see the tenancy service)."""
 
 
+class ProjectionAhead(RuntimeError):
+    """The projection's checkpoint is past the end of the log: the log was replaced under it."""
+
+
 def lock_key(schema: str) -> int:
     """The advisory-lock key serialising writers of one projection schema (a signed 64-bit int)."""
     return zlib.crc32(schema.encode()) - 2**31
@@ -101,7 +110,6 @@ class Projector:
         max_attempts: tries of one event's ``apply`` before it is dead-lettered.
         publish_dead_letters: publish poison events on ``dlq.<name>`` (off for shadow builds,
             which only record them: the live projector already published them once).
-
     """
 
     def __init__(
@@ -165,15 +173,28 @@ class Projector:
     async def run(self, stop: asyncio.Event) -> None:
         """Follow the log until ``stop`` is set; the batch in hand is finished first.
 
-        Survives NATS and Postgres restarts: on a connection error it waits (exponential
-        backoff, 0.1 s to 5 s) and resumes from the checkpoint in Postgres.
+        Survives NATS and Postgres restarts and lost messages: on a connection error or a
+        :class:`~tessera_runtime.jetstream.ReaderGap` it waits (exponential backoff, 0.1 s to 5 s)
+        and resumes from the checkpoint in Postgres. A schema of another projection version is
+        rebuilt first.
+
+        Raises:
+            ProjectionAhead: the checkpoint is past the log's last sequence (the stream was
+                deleted and recreated): the projection must be rebuilt by an operator.
         """
+        from tessera_runtime import replay  # replay builds on this module
+
         backoff = 0.1
         while not stop.is_set():
             try:
                 await self.setup()
+                if self.needs_rebuild:
+                    self._log.info("projector.rebuild", reason="projection version changed")
+                    await replay.rebuild(self.pool, self.log, self.projection)
+                    continue
+                await self._check_not_ahead()
                 await self._follow(stop)
-            except (*TRANSIENT_DB_ERRORS, *TRANSIENT_NATS_ERRORS) as exc:
+            except RETRYABLE as exc:
                 self._log.warning("projector.retrying", error=repr(exc), backoff_s=backoff)
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), backoff)
@@ -181,8 +202,15 @@ class Projector:
             else:
                 backoff = 0.1
 
+    async def _check_not_ahead(self) -> None:
+        head = await self.log.head()
+        if self.position > head:
+            raise ProjectionAhead(
+                f"projection {self.projection.name} is at sequence {self.position} but the log ends at {head}:"
+                " the stream was recreated; run `tessera replay rebuild` after checking why"
+            )
+
     async def _follow(self, stop: asyncio.Event) -> None:
-        reconnects = self.log.nc.stats["reconnects"]
         reader = self.log.reader(self.projection.subjects, start_seq=self.position + 1)
         await reader.open()
         idle_since: float | None = None
@@ -193,13 +221,12 @@ class Projector:
                     idle_since = None
                     await self.apply_batch(msgs)
                     continue
-                # Idle. After a reconnect, or a while without messages, make sure the consumer
-                # still exists (a NATS restart loses ephemeral consumers); if not, reopen it.
+                # Idle for a while: make sure the consumer still exists (the server drops an
+                # ephemeral consumer it considers inactive); if not, reopen from the checkpoint.
                 now = asyncio.get_running_loop().time()
                 idle_since = idle_since or now
-                if self.log.nc.stats["reconnects"] != reconnects or now - idle_since > 5.0:
+                if now - idle_since > 5.0:
                     idle_since = now
-                    reconnects = self.log.nc.stats["reconnects"]
                     try:
                         await reader.pending()
                     except nats.js.errors.NotFoundError:
@@ -211,25 +238,34 @@ class Projector:
     async def catch_up(self, until_seq: int | None = None) -> int:
         """Apply everything up to the log's head (or up to ``until_seq``) and return the position.
 
-        Used by replay and tests; the live service uses :meth:`run`.
+        Used by replay and tests; the live service uses :meth:`run`. A lost message
+        (:class:`~tessera_runtime.jetstream.ReaderGap`) reopens the reader from the checkpoint.
         """
         await self.setup()
         target = until_seq if until_seq is not None else await self.log.head()
-        if self.position >= target:
-            return self.position
+        while self.position < target:
+            try:
+                if await self._catch_up_once(target):
+                    break
+            except ReaderGap as exc:
+                self._log.warning("projector.reader_gap", error=str(exc), position=self.position)
+        return self.position
+
+    async def _catch_up_once(self, target: int) -> bool:
+        """Read towards ``target`` with one reader; True when nothing more matches up to it."""
         async with self.log.reader(self.projection.subjects, start_seq=self.position + 1) as reader:
             while self.position < target:
                 msgs = await reader.fetch(self.batch_size, timeout_s=self.idle_fetch_s)
                 if not msgs:
                     if await reader.pending() == 0:
-                        break  # no more matching events up to target
+                        return True  # no more matching events up to target
                     continue
                 in_range = [m for m in msgs if m.seq <= target]
                 if in_range:
                     await self.apply_batch(in_range)
                 if len(in_range) < len(msgs):
-                    break  # passed the target
-        return self.position
+                    return True  # passed the target
+        return True
 
     def _advance(self, position: int) -> None:
         self.position = max(self.position, position)
@@ -255,7 +291,11 @@ class Projector:
     # -- one batch ------------------------------------------------------------------------------
 
     async def apply_batch(self, msgs: Sequence[Delivered]) -> None:
-        """Apply one fetched batch in one transaction and advance the checkpoint to its end."""
+        """Apply one fetched batch in one transaction and advance the checkpoint to its end.
+
+        Everything the batch changes — projection rows, dead-letter records, the checkpoint —
+        commits together or not at all; counters and logs follow the commit.
+        """
         last_seq = msgs[-1].seq
         q = quote_ident(self.schema)
         async with self.pool.acquire() as conn, conn.transaction():
@@ -269,20 +309,30 @@ class Projector:
             events: list[StoredEvent] = []
             poison: list[tuple[Delivered, str, int]] = []
             for msg in msgs:
-                seq = msg.seq
-                if seq <= position:
+                if msg.seq <= position:
                     continue
                 try:
-                    events.append(StoredEvent(seq, msg.subject, codec.decode_envelope(msg.data)))
+                    events.append(StoredEvent(msg.seq, msg.subject, codec.decode_envelope(msg.data)))
                 except codec.DecodeError as exc:
                     poison.append((msg, str(exc), 1))
             with tracing.consumer_span("project", self.projection.name, [e.envelope.traceparent for e in events]):
                 poison += await self._apply(conn, events, {m.seq: m for m in msgs})
-            for msg, error, attempts in sorted(poison, key=lambda p: p[0].seq):
+            poison.sort(key=lambda p: p[0].seq)
+            for msg, error, attempts in poison:
                 await self._dead_letter(conn, msg, error, attempts)
-            await conn.execute("UPDATE _checkpoint SET position = $1", last_seq)
+            await self._store_checkpoint(conn, last_seq)
         self._advance(last_seq)
         _applied_counter.add(len(events), {"projection": self.projection.name})
+        for msg, error, _ in poison:
+            self.dead_lettered += 1
+            _dead_letter_counter.add(1, {"projection": self.projection.name})
+            # A shadow build meets the same poison again: the live projector has reported it.
+            report = self._log.error if self.publish_dead_letters else self._log.debug
+            report("projector.dead_letter", seq=msg.seq, subject=msg.subject, error=error[:500])
+
+    async def _store_checkpoint(self, conn: asyncpg.Connection, position: int) -> None:
+        """Advance the checkpoint, inside the batch's transaction."""
+        await conn.execute("UPDATE _checkpoint SET position = $1", position)
 
     async def _apply(
         self, conn: asyncpg.Connection, events: list[StoredEvent], msgs_by_seq: dict[int, Delivered]
@@ -314,7 +364,7 @@ class Projector:
         return poison
 
     async def _dead_letter(self, conn: asyncpg.Connection, msg: Delivered, error: str, attempts: int) -> None:
-        seq = msg.seq
+        """Record a poison event in ``_dead_letters`` and publish it on ``dlq.<name>``."""
         try:
             event_type: str | None = codec.decode_envelope(msg.data).type
         except codec.DecodeError:
@@ -322,30 +372,28 @@ class Projector:
         await conn.execute(
             "INSERT INTO _dead_letters (stream_sequence, subject, event_type, error, attempts)"
             " VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING",
-            seq,
+            msg.seq,
             msg.subject,
             event_type,
             error[:2000],
             attempts,
         )
-        self.dead_lettered += 1
-        _dead_letter_counter.add(1, {"projection": self.projection.name})
-        self._log.error("projector.dead_letter", seq=seq, subject=msg.subject, error=error[:500])
-        if self.publish_dead_letters:
-            record = DeadLetter(
-                projection=self.projection.name,
-                stream_sequence=seq,
-                subject=msg.subject,
-                event_type=event_type,
-                error=error,
-                attempts=attempts,
-                dead_lettered_at=datetime.now(UTC),
-                original=bytes(msg.data),
-            )
-            # Published before the checkpoint commits: a crash in between republishes it, and the
-            # msg id makes the server drop the copy.
-            await self.log.js.publish(
-                dead_letter_subject(self.projection.name),
-                codec.encode(record),
-                headers={"Nats-Delivered-Id": f"dlq:{self.projection.name}:{seq}"},
-            )
+        if not self.publish_dead_letters:
+            return
+        record = DeadLetter(
+            projection=self.projection.name,
+            stream_sequence=msg.seq,
+            subject=msg.subject,
+            event_type=event_type,
+            error=error,
+            attempts=attempts,
+            dead_lettered_at=datetime.now(UTC),
+            original=bytes(msg.data),
+        )
+        # Published before the checkpoint commits: a crash in between republishes it, and the
+        # msg id makes the server drop the copy (within the dead-letter stream's duplicate window).
+        await self.log.js.publish(
+            dead_letter_subject(self.projection.name),
+            codec.encode(record),
+            headers={MSG_ID: f"dlq:{self.projection.name}:{msg.seq}"},
+        )

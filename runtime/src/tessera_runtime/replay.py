@@ -11,10 +11,14 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
 import asyncpg
 import msgspec
 
 from tessera_runtime import checksum
+from tessera_runtime.errors import ReplayBusy
 from tessera_runtime.eventlog import EventLog
 from tessera_runtime.projection import Projection, schema_of
 from tessera_runtime.projector import ALL_TENANTS, Projector, lock_key, quote_ident
@@ -40,11 +44,36 @@ async def _drop(conn: asyncpg.Connection, schema: str) -> None:
     await conn.execute(f"DROP SCHEMA IF EXISTS {quote_ident(schema)} CASCADE")
 
 
+@asynccontextmanager
+async def exclusive(pool: asyncpg.Pool, projection: Projection) -> AsyncIterator[None]:
+    """Hold the projection's replay lock (a session advisory lock) for one rebuild or verify.
+
+    Raises:
+        ReplayBusy: another rebuild or verify of this projection holds it.
+    """
+    key = lock_key(schema_of(projection.name, "replay"))
+    async with pool.acquire() as conn:
+        if not await conn.fetchval("SELECT pg_try_advisory_lock($1)", key):
+            raise ReplayBusy(f"a rebuild or verify of {projection.name} is already running")
+        try:
+            yield
+        finally:
+            await conn.execute("SELECT pg_advisory_unlock($1)", key)
+
+
 async def rebuild(pool: asyncpg.Pool, log: EventLog, projection: Projection, batch_size: int = 5000) -> int:
     """Rebuild ``projection`` from the whole log into a fresh schema and swap it in.
 
     Returns the position (stream sequence) the new live schema is at.
+
+    Raises:
+        ReplayBusy: another rebuild or verify of this projection is running.
     """
+    async with exclusive(pool, projection):
+        return await _rebuild(pool, log, projection, batch_size)
+
+
+async def _rebuild(pool: asyncpg.Pool, log: EventLog, projection: Projection, batch_size: int) -> int:
     live = schema_of(projection.name)
     build = schema_of(projection.name, "build")
     async with pool.acquire() as conn:
@@ -71,8 +100,13 @@ async def verify(pool: asyncpg.Pool, log: EventLog, projection: Projection, batc
 
     Raises:
         LookupError: there is no live schema for this projection.
-
+        ReplayBusy: another rebuild or verify of this projection is running.
     """
+    async with exclusive(pool, projection):
+        return await _verify(pool, log, projection, batch_size)
+
+
+async def _verify(pool: asyncpg.Pool, log: EventLog, projection: Projection, batch_size: int) -> VerifyResult:
     live = schema_of(projection.name)
     snap = schema_of(projection.name, "snap")
     shadow = schema_of(projection.name, "verify")

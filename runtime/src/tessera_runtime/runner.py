@@ -12,6 +12,7 @@ request handlers) and returns. The runner:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
@@ -47,19 +48,41 @@ class ServiceContext:
     def project(self, projection: Projection, **options: Any) -> Projector:
         """Start a projector for ``projection`` (options as for :class:`Projector`)."""
         projector = Projector(projection, self.pool, self.log, **options)
-        self.spawn(follow(projector, self.stop), name=f"projector:{projection.name}")
+        self.spawn(projector.run(self.stop), name=f"projector:{projection.name}")
         return projector
 
 
-async def follow(projector: Projector, stop: asyncio.Event) -> None:
-    """Run a projector, first rebuilding it if its schema holds another version."""
-    from tessera_runtime import replay
+class ServiceFailed(RuntimeError):
+    """A task of the service ended with an error it could not recover from."""
 
-    await projector.setup()
-    if projector.needs_rebuild:
-        projector._log.info("projector.rebuild", reason="version changed")
-        await replay.rebuild(projector.pool, projector.log, projector.projection)
-    await projector.run(stop)
+
+async def _until_stopped(ctx: ServiceContext) -> BaseException | None:
+    """Wait for the stop signal, or for a task to fail first (then return its error)."""
+    stopped = asyncio.create_task(ctx.stop.wait(), name="stop-signal")
+    try:
+        while not ctx.stop.is_set():
+            running = [t for t in ctx.tasks if not t.done()]
+            done, _ = await asyncio.wait([stopped, *running], return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                if task is not stopped and not task.cancelled() and task.exception() is not None:
+                    return task.exception()
+            if not running:
+                await stopped
+        return None
+    finally:
+        stopped.cancel()
+
+
+async def _close_nats(nc: NATS) -> None:
+    """Drain when connected (in-flight replies go out); when NATS is down, just close."""
+    try:
+        if nc.is_connected:
+            await asyncio.wait_for(nc.drain(), 5)
+            return
+    except Exception:  # falls through to a plain close
+        pass
+    with contextlib.suppress(Exception):
+        await nc.close()
 
 
 async def run_service(
@@ -69,30 +92,41 @@ async def run_service(
     settings: Settings | None = None,
     grace_s: float = 20.0,
 ) -> None:
-    """Run one service until SIGTERM/SIGINT, then shut it down gracefully."""
+    """Run one service until SIGTERM/SIGINT, then shut it down gracefully.
+
+    A task that fails (a projector meeting an error it cannot retry, say) stops the service
+    at once, logged, rather than leaving a process that looks alive and does nothing.
+
+    Raises:
+        ServiceFailed: a task failed; the caller's process should exit non-zero.
+    """
     logger = logs.configure(name)
     tracing.configure(name)
     settings = settings or Settings.from_env()
     nc = await connect.connect_nats(settings.nats_url, name)
     pool = await connect.connect_postgres(settings.database_url)
     log = EventLog(nc, timeout_s=settings.append_timeout_s)
-    await log.ensure_streams(settings.stream_replicas)
     ctx = ServiceContext(name=name, settings=settings, nc=nc, pool=pool, log=log, logger=logger)
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, ctx.stop.set)
-    logger.info("service.started")
+    failure: BaseException | None = None
     try:
+        await log.ensure_streams(settings.stream_replicas)
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, ctx.stop.set)
         await main(ctx)
-        await ctx.stop.wait()
+        logger.info("service.started")
+        failure = await _until_stopped(ctx)
+        if failure is not None:
+            logger.error("service.task_failed", error=repr(failure))
+        ctx.stop.set()
         logger.info("service.stopping", tasks=len(ctx.tasks))
-        done, pending = await asyncio.wait(ctx.tasks, timeout=grace_s) if ctx.tasks else (set(), set())
-        for task in pending:
-            task.cancel()
-        for task in done:
-            if task.exception() is not None:
-                logger.error("service.task_failed", task=task.get_name(), error=repr(task.exception()))
+        if ctx.tasks:
+            _, pending = await asyncio.wait(ctx.tasks, timeout=grace_s)
+            for task in pending:
+                task.cancel()
     finally:
-        await nc.drain()
+        await _close_nats(nc)
         await pool.close()
         logger.info("service.stopped")
+    if failure is not None:
+        raise ServiceFailed(f"{name}: {failure}") from failure

@@ -71,7 +71,6 @@ class SampleTotals:
 
         Raises:
             ValueError: an event has a negative ``n`` (the poison case).
-
         """
         rows = []
         for e in events:

@@ -142,7 +142,6 @@ def up(home: Path, sync_interval: str | None = None) -> StackInfo:
 
     Raises:
         StackError: a server failed to start (nothing is left running then).
-
     """
     home = Path(home).resolve()
     with _home_lock(home):
@@ -200,7 +199,6 @@ def down(home: Path) -> bool:
 
     Returns:
         True if stack.json existed (a stack was recorded), False if there was nothing to stop.
-
     """
     home = Path(home).resolve()
     with _home_lock(home):
@@ -231,7 +229,6 @@ def resolve_urls(home: Path) -> tuple[str, str]:
 
     Raises:
         StackError: a URL is not in the environment and no stack is running in ``home``.
-
     """
     nats_url = os.environ.get("NATS_URL") or None
     database_url = os.environ.get("DATABASE_URL") or None

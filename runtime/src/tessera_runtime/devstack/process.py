@@ -68,7 +68,6 @@ def free_port() -> int:
 
     Raises:
         OSError: the OS could not bind an ephemeral port.
-
     """
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((LOOPBACK, 0))

@@ -57,7 +57,6 @@ class ChildServer(abc.ABC):
         data_dir: the server's directory (logs, configuration, data); made absolute.
         port: the main port, or ``None`` for a free one.
         extra_ports: other ports by name (the name appears in errors), each given or ``None``.
-
     """
 
     PROGRAM: ClassVar[str]
@@ -144,7 +143,6 @@ class ChildServer(abc.ABC):
             StackError: the server could not be prepared, its process exited during start-up (on
                 every try), or it did not become ready in time (the message ends with the log
                 tail); or the step after start failed (the server is stopped then).
-
         """
         if self.pid is not None:
             return self.url
@@ -199,7 +197,6 @@ class ChildServer(abc.ABC):
         Raises:
             ExitedEarly: the process exited meanwhile.
             StackError: it did not become ready in time.
-
         """
         assert self._proc is not None
         deadline = time.monotonic() + START_TIMEOUT_S
@@ -238,7 +235,6 @@ class ChildServer(abc.ABC):
 
         Raises:
             StackError: as :meth:`start` (for example a port was taken meanwhile).
-
         """
         self.stop()
         return self.start()
@@ -248,7 +244,6 @@ class ChildServer(abc.ABC):
 
         Raises:
             StackError: the server is not running.
-
         """
         if self._proc is None:
             raise StackError("not running")

@@ -24,7 +24,6 @@ class StackInfo:
         nats_pid: process id of ``nats-server``.
         postgres_pid: process id of the postmaster.
         home: the stack's home directory (absolute).
-
     """
 
     nats_url: str
@@ -48,7 +47,6 @@ class EmbeddedStack:
         nats_port: client port for NATS; ``None`` for a free one.
         postgres_port: TCP port for Postgres; ``None`` for a free one.
         nats_monitor_port: HTTP monitoring port for NATS; ``None`` for a free one.
-
     """
 
     def __init__(
@@ -70,7 +68,6 @@ class EmbeddedStack:
 
         Raises:
             StackError: a server is not running.
-
         """
         nats_pid, pg_pid = self.nats.pid, self.postgres.pid
         if nats_pid is None or pg_pid is None:
@@ -88,7 +85,6 @@ class EmbeddedStack:
 
         Raises:
             StackError: either server failed to start (see their ``start``).
-
         """
         self.home.mkdir(parents=True, exist_ok=True)
         try:

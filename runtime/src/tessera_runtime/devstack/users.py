@@ -33,7 +33,6 @@ def system_user(name: str, why: str) -> pwd.struct_passwd | None:
 
     Raises:
         StackError: the user is missing and ``useradd`` failed.
-
     """
     if os.geteuid() != 0:
         return None

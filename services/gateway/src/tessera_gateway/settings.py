@@ -39,7 +39,6 @@ class GatewaySettings(msgspec.Struct, frozen=True, kw_only=True):
         Raises:
             tessera_runtime.devstack.StackError: no NATS URL anywhere and no embedded stack running.
             ValueError: a numeric variable does not parse or is not positive.
-
         """
         url = nats_url or os.environ.get("NATS_URL") or Settings.from_env().nats_url
         timeout = float(os.environ.get("TESSERA_RPC_TIMEOUT_S", "5"))

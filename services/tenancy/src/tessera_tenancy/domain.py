@@ -145,7 +145,6 @@ def grant(state: PrincipalState, tenant: str, body: api.RoleGrant) -> list[Event
 
     Raises:
         NotFound: no such principal.
-
     """
     if not state.exists:
         raise NotFound("user not found")
@@ -160,7 +159,6 @@ def revoke(state: PrincipalState, tenant: str, body: api.RoleGrant) -> list[Even
 
     Raises:
         NotFound: no such principal.
-
     """
     if not state.exists:
         raise NotFound("user not found")
@@ -180,7 +178,6 @@ def check_quota(body: api.SetQuota, tenant_quota: ev.QuotaSet | None, project: s
 
     Raises:
         Invalid: a rule is broken; the message names the model.
-
     """
     seen: set[str] = set()
     for g in body.gpus:

@@ -82,7 +82,6 @@ class TenancyHandlers:
         projector: this process's tenancy projector (followed in the background).
         pepper: the API-key pepper (:func:`tessera_tenancy.keys.load_pepper`).
         clock: returns the current time, UTC (injected for tests).
-
     """
 
     def __init__(
@@ -114,7 +113,6 @@ class TenancyHandlers:
 
         Raises:
             Conflict: the aggregate changed since it was read (or exists, when ``expected`` is 0).
-
         """
         if not events:
             return 0

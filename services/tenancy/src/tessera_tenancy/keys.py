@@ -33,7 +33,6 @@ def load_pepper(home: Path) -> bytes:
 
     Raises:
         PepperError: ``TESSERA_KEY_PEPPER`` is not hex of at least 32 bytes.
-
     """
     configured = os.environ.get("TESSERA_KEY_PEPPER")
     if configured:

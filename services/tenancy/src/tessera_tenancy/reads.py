@@ -50,7 +50,6 @@ def decode_cursor(cursor: str | None, width: int) -> list[Any] | None:
 
     Raises:
         BadCursor: not a cursor of this shape.
-
     """
     if cursor is None:
         return None

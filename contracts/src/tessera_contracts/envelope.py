@@ -15,7 +15,7 @@ Extension attributes (CloudEvents requires lower-case alphanumeric names):
 
 from __future__ import annotations
 
-import uuid
+import os
 from datetime import datetime
 from typing import Annotated, Literal
 
@@ -53,8 +53,11 @@ class Envelope(msgspec.Struct, kw_only=True, omit_defaults=True):
 
 
 def new_event_id() -> str:
-    """A fresh event id: 32 lower-case hex digits (a random UUID)."""
-    return uuid.uuid4().hex
+    """A fresh event id: 32 lower-case hex digits (128 random bits, like a UUIDv4's hex form).
+
+    ``os.urandom`` directly: building a ``uuid.UUID`` per event cost about 4% of append time.
+    """
+    return os.urandom(16).hex()
 
 
 def envelope(

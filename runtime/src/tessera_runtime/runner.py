@@ -130,3 +130,11 @@ async def run_service(
         logger.info("service.stopped")
     if failure is not None:
         raise ServiceFailed(f"{name}: {failure}") from failure
+
+
+def main(name: str, start: Callable[[ServiceContext], Awaitable[None]]) -> None:
+    """Process entry point of a service: run it; exit with status 1 if a task failed (already logged)."""
+    try:
+        asyncio.run(run_service(name, start))
+    except ServiceFailed:
+        raise SystemExit(1) from None

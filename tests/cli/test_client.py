@@ -33,6 +33,15 @@ from tessera_cli.main import main
 from tessera_runtime import logs
 
 GOOD_KEY = "tsk_live_0123456789abcdef"
+ADA_KEY = "tsk_ada_0123456789abcdef"  # a member of acme: may not list the tenant's users
+ADA_ME = {
+    "id": "u_7",
+    "tenant": "acme",
+    "name": "ada@example.com",
+    "kind": "user",
+    "roles": [{"role": "member", "tenant": "acme", "project": None}],
+    "key_id": "k_a",
+}
 TENANTS = [{"tenant": f"t{i}", "display_name": f"Tenant {i}", "created_at": "2025-01-01T00:00:00Z"} for i in range(5)]
 ME = {
     "id": "u-1",
@@ -71,11 +80,19 @@ class FakeGateway:
     url: str = ""
     seen: list[Seen] = field(default_factory=list)
     flaky_failures: int = 1
+    in_progress: int = 0  # answers "still in progress" (409 + Retry-After) to this many POSTs of "slowpoke"
 
     def answer(self, req: Seen) -> tuple[int, Any, dict[str, str]]:
+        route = (req.method, req.path)
+        if req.headers.get("authorization") == f"Bearer {ADA_KEY}":
+            return self.answer_ada(req, route)
         if req.headers.get("authorization") != f"Bearer {GOOD_KEY}":
             return problem(401, "unauthenticated", "the API key is not valid")
-        route = (req.method, req.path)
+        if route == ("POST", "/v1/tenants") and req.body["tenant"] == "slowpoke" and self.in_progress > 0:
+            self.in_progress -= 1
+            return problem(
+                409, "conflict", "a request with this Idempotency-Key is still in progress", {"Retry-After": "0"}
+            )
         if route == ("GET", "/v1/me"):
             return 200, ME, {}
         if route == ("GET", "/v1/tenants"):
@@ -111,6 +128,20 @@ class FakeGateway:
             return 201, {"key": key, "secret": "tsk_9_s3cr3t"}, {}
         if route == ("DELETE", "/v1/tenants/acme/keys/k-9"):
             return 204, None, {}
+        return problem(404, "not-found", f"no route {req.method} {req.path}")
+
+    def answer_ada(self, req: Seen, route: tuple[str, str]) -> tuple[int, Any, dict[str, str]]:
+        """A member: herself, her own keys; listing the tenant's users is forbidden."""
+        if route == ("GET", "/v1/me"):
+            return 200, ADA_ME, {}
+        if route == ("GET", "/v1/tenants/acme/users/u_7/keys"):
+            key = {"tenant": "acme", "key_id": "k_a", "user_id": "u_7", "name": "laptop", "prefix": "tsk_ada"}
+            return 200, {"items": [key], "next": None}, {}
+        if route == ("POST", "/v1/tenants/acme/users/u_7/keys"):
+            key = {"tenant": "acme", "key_id": "k_b", "user_id": "u_7", "name": req.body["name"], "prefix": "tsk_b"}
+            return 201, {"key": key, "secret": "tsk_b_s3cr3t"}, {}
+        if req.method == "GET" and req.path.startswith("/v1/tenants/acme/users"):
+            return problem(403, "forbidden", "not allowed on users of tenant 'acme'")
         return problem(404, "not-found", f"no route {req.method} {req.path}")
 
 
@@ -457,3 +488,52 @@ async def test_admin_bootstrap_over_nats(servers: Any, nc: NATS) -> None:
         assert one_error_line(again) == "tessera: error: a platform admin already exists (conflict)"
     finally:
         await server.stop()
+
+
+def test_a_member_names_herself_without_listing_users(cli: Cli, gateway: FakeGateway, config: Path) -> None:
+    env = {"TESSERA_CONFIG": str(config), "TESSERA_URL": gateway.url, "TESSERA_API_KEY": ADA_KEY}
+    listed = cli("keys", "list", "-t", "acme", "-u", "ada@example.com", "--json", env=env)
+    assert listed.returncode == 0, listed.stderr
+    assert [k["key_id"] for k in json.loads(listed.stdout)["items"]] == ["k_a"]
+    created = cli("keys", "create", "-t", "acme", "-u", "ada@example.com", "--name", "ci", env=env)
+    assert created.returncode == 0, created.stderr
+    assert created.stdout.count("tsk_b_s3cr3t") == 1
+    assert [(r.method, r.path) for r in gateway.seen] == [
+        ("GET", "/v1/me"),
+        ("GET", "/v1/tenants/acme/users/u_7/keys"),
+        ("GET", "/v1/me"),
+        ("POST", "/v1/tenants/acme/users/u_7/keys"),
+    ], "her own name is resolved from /v1/me, never by listing the tenant's users"
+
+    other = cli("keys", "list", "-t", "acme", "-u", "bob@example.com", env=env)  # someone else: listed, refused
+    assert other.returncode == 3
+    assert "not allowed on users" in one_error_line(other)
+    same_name_elsewhere = cli("keys", "list", "-t", "globex", "-u", "ada@example.com", env=env)
+    assert same_name_elsewhere.returncode != 0
+    assert gateway.seen[-1].path == "/v1/tenants/globex/users", "a name in another tenant is not hers"
+
+
+def test_an_admin_name_lookup_still_lists_users(cli: Cli, gateway: FakeGateway, logged_in: dict[str, str]) -> None:
+    result = cli("keys", "list", "-t", "acme", "-u", "nobody@example.com", env=logged_in)
+    assert result.returncode == 4
+    assert one_error_line(result) == "tessera: error: user nobody@example.com not found in tenant acme (not-found)"
+    assert [r.path for r in gateway.seen] == ["/v1/me", "/v1/tenants/acme/users"]
+
+
+def test_a_write_still_in_progress_is_retried_with_the_same_key(
+    cli: Cli, gateway: FakeGateway, logged_in: dict[str, str]
+) -> None:
+    gateway.in_progress = 2  # e.g. the first attempt timed out (504) and the gateway keeps its claim
+    created = cli("tenants", "create", "slowpoke", "--display-name", "Slow", env=logged_in)
+    assert created.returncode == 0, created.stderr
+    posts = [r for r in gateway.seen if r.method == "POST"]
+    assert len(posts) == 3 and len({r.headers["idempotency-key"] for r in posts}) == 1
+
+    gateway.seen.clear()
+    gateway.in_progress = 10
+    stuck = cli("tenants", "create", "slowpoke", "--display-name", "Slow", env=logged_in)
+    assert stuck.returncode == 5 and "still in progress" in one_error_line(stuck)
+    assert len(gateway.seen) == 4, "3 retries, then the 409 is the answer"
+    gateway.seen.clear()
+    assert cli("tenants", "create", "dup", env=logged_in).returncode == 5
+    assert len(gateway.seen) == 1, "a plain conflict (no Retry-After) is not retried"

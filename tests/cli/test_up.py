@@ -306,3 +306,67 @@ def test_foreground_up_starts_its_own_stack_and_stops_everything_on_sigterm(
     assert processes_with(marker) == []
     assert devstack.status(home) is None, "the stack up started is stopped with it"
     assert not list((home / "run").glob("*"))
+
+
+def test_up_starts_again_a_service_that_died_and_keeps_the_others(
+    servers: Any, stand_ins: Path, marker: str, tmp_path: Path
+) -> None:
+    home, port, env = tmp_path / "home", free_port(), env_for(stand_ins, servers)
+    table = [nats_row(marker), http_row(marker)]
+    up = tessera(table, "up", "--detach", "--port", str(port), "--home", str(home), env=env)
+    assert up.returncode == 0, up.stderr
+    try:
+        pids = {f.stem: int(f.read_text()) for f in (home / "run").glob("*.pid")}
+        os.kill(pids[marker], signal.SIGKILL)  # the NATS service dies; the web one keeps running
+        deadline = time.monotonic() + 10
+        while supervisor.pid_alive(pids[marker]) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        status = tessera(table, "status", "--home", str(home), env=env)
+        assert status.returncode == 1
+        assert {line.split()[0]: line.split()[3] for line in status.stdout.splitlines()} == {
+            marker: "stopped",
+            "web": "healthy",
+        }
+
+        # Another --port: the web service is kept where it is, and its URL is still the one printed.
+        again = tessera(table, "up", "--detach", "--port", str(free_port()), "--home", str(home), env=env)
+        assert again.returncode == 0, again.stderr
+        assert again.stdout.strip() == f"http://127.0.0.1:{port}"
+        assert f"started {marker}" in again.stderr
+        now = {f.stem: int(f.read_text()) for f in (home / "run").glob("*.pid")}
+        assert now["web"] == pids["web"], "the running service is kept"
+        assert now[marker] != pids[marker] and supervisor.pid_alive(now[marker])
+        assert sorted(processes_with(marker)) == sorted(now.values())
+        report = json.loads(tessera(table, "status", "--json", "--home", str(home), env=env).stdout)
+        assert report["healthy"] is True and report["gateway_url"] == f"http://127.0.0.1:{port}"
+        assert {s["name"]: s["pid"] for s in report["services"]} == now
+
+        everything = tessera(table, "up", "--detach", "--port", str(port), "--home", str(home), env=env)
+        assert everything.returncode == 1 and "already running" in one_error_line(everything)
+    finally:
+        down = tessera(table, "down", "--home", str(home), env=env)
+    assert down.returncode == 0, down.stderr
+    assert down.stdout.splitlines() == [f"stopped web (pid {now['web']})", f"stopped {marker} (pid {now[marker]})"]
+    assert processes_with(marker) == []
+
+
+def test_a_restarted_service_that_fails_is_stopped_and_the_others_are_kept(
+    servers: Any, stand_ins: Path, marker: str, tmp_path: Path
+) -> None:
+    home, env = tmp_path / "home", env_for(stand_ins, servers)
+    table = [nats_row(marker), http_row(marker)]
+    assert tessera(table, "up", "-d", "--port", str(free_port()), "--home", str(home), env=env).returncode == 0
+    try:
+        pids = {f.stem: int(f.read_text()) for f in (home / "run").glob("*.pid")}
+        os.kill(pids["web"], signal.SIGKILL)
+        while supervisor.pid_alive(pids["web"]):
+            time.sleep(0.05)
+        broken = [nats_row(marker), {**http_row(marker), "module": "tessera_no_such_module"}]
+        up = tessera(broken, "up", "-d", "--port", str(free_port()), "--home", str(home), env=env)
+        assert up.returncode == 1
+        assert one_error_line(up).startswith("tessera: error: web exited during start-up")
+        assert processes_with(marker) == [pids[marker]], "the service that was running is left running"
+        assert {f.stem for f in (home / "run").glob("*.pid")} == {marker}
+    finally:
+        assert tessera(table, "down", "--home", str(home), env=env).returncode == 0
+    assert processes_with(marker) == []

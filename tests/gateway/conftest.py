@@ -44,10 +44,10 @@ async def make_client(nc: NATS, servers: Any) -> AsyncIterator[ClientFactory]:
 
     async def make(connection: NATS | None = None, **overrides: Any) -> httpx.AsyncClient:
         bucket = f"TEST_IDEMPOTENCY_{uuid.uuid4().hex[:10]}"
-        buckets.append(bucket)
         settings = GatewaySettings(
             **{"nats_url": servers.nats_url, "rpc_timeout_s": 2.0, "idempotency_bucket": bucket, **overrides}
         )
+        buckets.append(settings.idempotency_bucket)
         app = await create_app(connection or nc, settings)
         transport = httpx.ASGITransport(app=app)
         return await stack.enter_async_context(httpx.AsyncClient(transport=transport, base_url="http://gateway.test"))

@@ -1,14 +1,16 @@
 """Gateway test support: a fake tenancy responder on the real NATS, fixed keys and principals.
 
 The fake answers ``verify_key`` for a few fixed secrets and a handful of operations from an
-in-memory dict; it records every call so tests can assert what reached the service (and what
-did not). Operations it does not register (``list_clusters``, ``register_cluster``, ...) have
-no responder, which the gateway must answer with 503.
+in-memory dict (``issue_key`` makes a new random secret each time, kept in ``issued_secrets``);
+it records every call so tests can assert what reached the service (and what did not).
+Operations it does not register (``list_clusters``, ``register_cluster``, ...) have no
+responder, which the gateway must answer with 503.
 """
 
 from __future__ import annotations
 
 import asyncio
+import secrets
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -18,7 +20,17 @@ from nats.aio.client import Client as NATS
 
 from tessera_contracts import rpc
 from tessera_contracts.api.common import Page
-from tessera_contracts.api.tenancy import CreateProject, CreateTenant, ProjectView, TenantView, VerifyKey
+from tessera_contracts.api.tenancy import (
+    CreateProject,
+    CreateTenant,
+    IssuedKey,
+    IssueKey,
+    KeyView,
+    ProjectView,
+    TenantView,
+    UserView,
+    VerifyKey,
+)
 from tessera_contracts.rbac import Principal, RoleBinding
 from tessera_runtime.rpc import Call, RpcError, RpcServer
 
@@ -65,6 +77,7 @@ class FakeTenancy:
     seen: list[Seen] = field(default_factory=list)
     hold: asyncio.Event | None = None  # when set, create_project waits for it
     entered: asyncio.Event = field(default_factory=asyncio.Event)
+    issued_secrets: list[str] = field(default_factory=list)
     server: RpcServer | None = None
 
     def calls(self, operation: str) -> list[Seen]:
@@ -124,6 +137,28 @@ class FakeTenancy:
             return ProjectView(
                 tenant=call.scope["tenant"], project=body.project, display_name=body.display_name, created_at=NOW
             )
+
+        @record("list_users")
+        async def list_users(call: Call, body: None) -> Page[UserView]:
+            return Page(items=[], next=None)
+
+        @record("issue_key", IssueKey)
+        async def issue_key(call: Call, body: IssueKey) -> IssuedKey:
+            key_id = f"k_{secrets.token_hex(4)}"
+            secret = f"tsk_{key_id[2:]}_{secrets.token_hex(16)}"
+            self.issued_secrets.append(secret)
+            view = KeyView(
+                tenant=call.scope["tenant"],
+                key_id=key_id,
+                user_id=call.scope["user"],
+                name=body.name,
+                prefix=secret[:12],
+                created_at=NOW,
+                expires_at=body.expires_at,
+                revoked_at=None,
+                last_used_at=None,
+            )
+            return IssuedKey(key=view, secret=secret)
 
         @record("get_project")
         async def get_project(call: Call, body: None) -> ProjectView:

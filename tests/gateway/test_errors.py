@@ -176,3 +176,64 @@ async def test_closed_nats_connection_is_503(make_client, fake: FakeTenancy, ser
     r = await client.get("/v1/me", headers=ADMIN)
     assert_problem(r, 503, "unavailable")
     assert r.headers["retry-after"] == "1"
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body", "key", "operation"),
+    [
+        ("PUT", "/v1/priority-classes/high", {"value": 1, "preemptible": 0}, "preemptible", "define_priority_class"),
+        (
+            "PUT",
+            "/v1/priority-classes/high",
+            {"value": 1, "preemptible": "true"},
+            "preemptible",
+            "define_priority_class",
+        ),
+        ("PUT", "/v1/priority-classes/high", {"value": "100"}, "value", "define_priority_class"),
+        ("PUT", "/v1/priority-classes/high", {"value": 1.0}, "value", "define_priority_class"),
+        ("POST", "/v1/tenants", {"tenant": "ok", "display_name": 5}, "display_name", "create_tenant"),
+        ("POST", "/v1/tenants/acme/projects", {"project": 7, "display_name": "P"}, "project", "create_project"),
+        ("PUT", "/v1/tenants/acme/quota", {"max_concurrent_jobs": "3"}, "max_concurrent_jobs", "set_quota"),
+        (
+            "PUT",
+            "/v1/tenants/acme/quota",
+            {"gpus": [{"gpu_model": "A100", "nominal_milli": "8"}]},
+            "gpus[0].nominal_milli",
+            "set_quota",
+        ),
+        (
+            "PUT",
+            "/v1/tenants/acme/quota",
+            {"gpus": [{"gpu_model": "A100", "nominal_milli": 8, "x": 1}]},
+            "gpus[0]",
+            "set_quota",
+        ),
+        ("POST", "/v1/tenants/acme/users/u_1/keys", {"name": "k", "expires_at": 1700000000}, "expires_at", "issue_key"),
+    ],
+)
+async def test_bodies_are_decoded_strictly(client, fake: FakeTenancy, method, path, body, key, operation):
+    r = await client.request(method, path, headers=ADMIN, json=body)
+    problem = assert_problem(r, 400, "invalid-request")
+    (error,) = problem["errors"]
+    assert (error["key"], error["source"]) == (key, "body"), error
+    assert error["message"]
+    assert fake.calls(operation) == []
+
+
+async def test_strict_errors_for_empty_and_malformed_bodies_name_the_body(client, fake: FakeTenancy):
+    headers = {**ADMIN, "Content-Type": "application/json"}
+    for content, message in ((b"", "a JSON body is required"), (b'{"tenant": ', "truncated")):
+        (error,) = assert_problem(
+            await client.post("/v1/tenants", headers=headers, content=content), 400, "invalid-request"
+        )["errors"]
+        assert (error["key"], error["source"]) == ("data", "body") and message in error["message"]
+    assert fake.calls("create_tenant") == []
+
+
+async def test_a_strictly_valid_body_goes_through_unchanged(client, fake: FakeTenancy):
+    r = await client.post(
+        "/v1/tenants/acme/users/u_1/keys", headers=ADMIN, json={"name": "k", "expires_at": "2030-01-01T00:00:00Z"}
+    )
+    assert r.status_code == 201, r.text
+    (seen,) = fake.calls("issue_key")
+    assert seen.body.expires_at.isoformat() == "2030-01-01T00:00:00+00:00"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from gateway_support import FakeTenancy
@@ -97,3 +98,34 @@ async def test_schema_ui_is_served(client):
     r = await client.get("/schema")
     assert r.status_code == 200
     assert "text/html" in r.headers["content-type"]
+
+
+async def test_request_bodies_forbid_additional_properties(client, fake: FakeTenancy):
+    doc = json.loads((await client.get("/schema/openapi.json")).content)
+    schemas = doc["components"]["schemas"]
+    bodies = {body for *_, body, _, _ in ROUTES if body is not None} | {"GpuQuotaBody"}  # nested in SetQuota
+    assert bodies <= set(schemas)
+    for name in bodies:
+        assert schemas[name].get("additionalProperties") is False, name
+    views = {schema for *_, schema in ROUTES if schema is not None and not schema.startswith("Page")}
+    for name in (*views, "Problem"):
+        assert "additionalProperties" not in schemas[name], name
+
+
+async def test_issue_key_documents_that_the_secret_is_shown_once(client, fake: FakeTenancy):
+    doc = json.loads((await client.get("/schema/openapi.json")).content)
+    description = doc["paths"]["/v1/tenants/{tenant}/users/{user}/keys"]["post"]["description"]
+    assert "shown once" in description
+    assert '"secret": null' in description and "Idempotency-Key" in description
+
+
+async def test_tenant_path_parameter_admits_the_platform_tenant(client, fake: FakeTenancy):
+    doc = json.loads((await client.get("/schema/openapi.json")).content)
+    for path, ops in doc["paths"].items():
+        if "{tenant}" not in path:
+            continue
+        for op in ops.values():
+            (tenant,) = [p for p in op["parameters"] if p["name"] == "tenant"]
+            pattern = re.compile(tenant["schema"]["pattern"])
+            assert pattern.fullmatch("_system") and pattern.fullmatch("acme"), path
+            assert not pattern.fullmatch("_other") and not pattern.fullmatch("Acme"), path

@@ -6,7 +6,7 @@ import asyncpg
 
 from tessera_contracts.api import tenancy as api
 from tessera_tenancy import reads
-from tessera_tenancy.projections import APP_ROLE
+from tessera_tenancy.projections import APP_ROLE, PLATFORM_WIDE
 from tests.support.tenancy import Tenancy
 
 
@@ -63,6 +63,28 @@ async def test_every_tenant_owned_table_forces_rls_and_leaks_nothing(tenancy: Te
                     mine = await conn.fetchval(f'SELECT count(*) FROM "{schema}"."{table}"')
                 assert leaked == 0, f"{schema}.{table} leaks {other}'s rows to {me}"
                 assert mine > 0
+
+
+async def test_every_table_the_app_role_can_read_is_isolated_or_platform_wide(tenancy: Tenancy) -> None:
+    """A new table readable by request handlers must either hold no tenant's data (and say so in
+    the projection's PLATFORM_WIDE) or force row-level security: anything else fails here."""
+    t = tenancy
+    await seed_two_tenants(t)
+    rows = await t.pool.fetch(
+        """
+        SELECT n.nspname, c.relname, c.relrowsecurity, c.relforcerowsecurity
+        FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+        WHERE c.relkind = 'r' AND n.nspname LIKE 'proj\\_%' AND n.nspname NOT LIKE '%\\_\\_%'
+          AND has_table_privilege($1, c.oid, 'SELECT')
+        """,
+        APP_ROLE,
+    )
+    readable = {(r[0], r[1]): (r[2], r[3]) for r in rows}
+    assert ("proj_tenancy", "tenants") in readable
+    for (schema, table), (rls, forced) in readable.items():
+        if schema == "proj_tenancy" and table in PLATFORM_WIDE:
+            continue
+        assert rls and forced, f"{schema}.{table} is readable by {APP_ROLE} without forced row-level security"
 
 
 async def test_the_app_role_is_neither_owner_nor_superuser_and_cannot_write(tenancy: Tenancy) -> None:

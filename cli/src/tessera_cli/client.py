@@ -6,7 +6,9 @@ from the config file that ``tessera login`` writes: ``$TESSERA_CONFIG``, else
 
 Every POST/PUT/DELETE carries an ``Idempotency-Key`` (a uuid4, one per command): a request that
 failed on the way (connection error, 429, 502, 503, 504) is retried up to :data:`RETRIES` times
-with backoff and the same key, so the gateway applies it at most once.
+with backoff and the same key, so the gateway applies it at most once. A write answered 409 with
+``Retry-After`` (the gateway still has the first attempt with that key in progress, e.g. after a
+504) is retried the same way: once the first attempt is answered, the retry gets its answer.
 
 Exit statuses (scripts can rely on them)::
 
@@ -293,7 +295,7 @@ class Api:
                     ) from None
                 self._sleep(attempt, None)
                 continue
-            if response.status_code in RETRY_STATUSES and not last:
+            if _retryable(response, headers) and not last:
                 self._sleep(attempt, response.headers.get("Retry-After"))
                 continue
             break
@@ -362,6 +364,13 @@ class Api:
             items = items[:limit]  # a server that sent more than asked: the cursor no longer fits
             cursor = None
         return {"items": items, "next": cursor}
+
+
+def _retryable(response: httpx.Response, headers: dict[str, str]) -> bool:
+    """A status worth retrying: 429/502/503/504, or a write's 409 "in progress" (it has ``Retry-After``)."""
+    if response.status_code in RETRY_STATUSES:
+        return True
+    return response.status_code == 409 and "Idempotency-Key" in headers and "Retry-After" in response.headers
 
 
 def _reason(exc: httpx.TransportError) -> str:

@@ -247,6 +247,13 @@ class Started:
     stack_started: bool
     services: list[Service]
     pids: dict[str, int] = field(default_factory=dict)
+    kept: dict[str, int] = field(default_factory=dict)
+    """Services that were already running (not started by this ``up``), by name: their pids."""
+
+    @property
+    def new(self) -> dict[str, int]:
+        """The services this ``up`` started: name -> pid."""
+        return {name: pid for name, pid in self.pids.items() if name not in self.kept}
 
 
 def _running(home: Path) -> dict[str, int]:
@@ -285,44 +292,59 @@ def start(
     host: str = HOST,
     services: Sequence[Service] | None = None,
 ) -> Started:
-    """Start the stack (unless ``NATS_URL`` and ``DATABASE_URL`` are set) and every service.
+    """Start the stack (unless ``NATS_URL`` and ``DATABASE_URL`` are set) and every service that is not running.
 
-    Returns once the processes are started, not once they are healthy (see :func:`wait_healthy`).
-    On failure, whatever was started is stopped again.
+    When some services of this home are running (e.g. one was killed), those are kept as they are
+    and only the others are started, with the URLs ``up`` recorded; ``port`` matters only when the
+    HTTP service is among them. Returns once the processes are started, not once they are healthy
+    (see :func:`wait_healthy`). On failure, what this call started is stopped again
+    (:func:`abandon`).
 
     Raises:
-        SupervisorError: services of this home are already running, or the port is taken.
+        SupervisorError: every service of this home is already running, or the port is taken.
         devstack.StackError: the embedded stack could not start.
     """
     home = Path(home).resolve()
     services = list(SERVICES if services is None else services)
     running = _running(home)
-    if running:
+    missing = [s for s in services if s.name not in running]
+    if running and not missing:
         which = ", ".join(f"{name} pid {pid}" for name, pid in running.items())
         raise SupervisorError(
             f"tessera is already running in {home} ({which}): see `tessera status`; stop it with `tessera down`"
         )
-    if any(s.http_health for s in services) and not port_is_free(host, port):
+    if any(s.http_health for s in missing) and not port_is_free(host, port):
         raise SupervisorError(f"port {port} on {host} is taken: stop what uses it or choose another with --port")
     run_dir(home).mkdir(parents=True, exist_ok=True)
     (home / "logs").mkdir(parents=True, exist_ok=True)
+    previous = (read_state(home) or {}) if running else {}
     nats_url, database_url, stack_started = _servers(home)
     http = next((s for s in services if s.http_health), None)
+    if http is None:
+        gateway_url = None
+    elif http.name in running and previous.get("gateway_url"):
+        gateway_url = str(previous["gateway_url"])
+    else:
+        gateway_url = f"http://{host}:{port}"
     started = Started(
         home=home,
         nats_url=nats_url,
         database_url=database_url,
-        gateway_url=f"http://{host}:{port}" if http else None,
+        gateway_url=gateway_url,
         stack_started=stack_started,
         services=services,
+        pids={s.name: running[s.name] for s in services if s.name in running},
+        kept=dict(running),
     )
-    recorded: dict[str, Any] = {}
+    recorded: dict[str, Any] = {
+        name: info for name, info in (previous.get("services") or {}).items() if name in running
+    }
     state: dict[str, Any] = {
         "nats_url": nats_url,
         "database_url": database_url,
         "gateway_url": started.gateway_url,
         "stack_started": stack_started,
-        "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "started_at": previous.get("started_at") or time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "services": recorded,
     }
     _write_state(home, state)
@@ -333,8 +355,9 @@ def start(
         "TESSERA_HOME": str(home),
         "PYTHONUNBUFFERED": "1",
     }
+    rank = {s.name: i for i, s in enumerate(services)}
     try:
-        for service in services:
+        for service in missing:
             argv = service.argv(host, port)
             started.pids[service.name] = _spawn(home, service, argv, env)
             recorded[service.name] = {
@@ -343,11 +366,28 @@ def start(
                 "log": str(log_path(home, service.name)),
                 "http_health": service.http_health,
             }
+            state["services"] = {  # in table order, which `down` reverses
+                name: recorded[name] for name in sorted(recorded, key=lambda n: rank.get(n, len(rank)))
+            }
             _write_state(home, state)
     except BaseException:
-        down(home)
+        abandon(started)
         raise
     return started
+
+
+def abandon(started: Started, grace_s: float = STOP_GRACE_S) -> None:
+    """Undo a failed :func:`start`: stop what it started; the services it kept stay as they are.
+
+    With nothing kept this is :func:`down` (the embedded stack too, when ``up`` started it).
+    """
+    if not started.kept:
+        down(started.home, grace_s)
+        return
+    for name, pid in reversed(list(started.new.items())):
+        if pid_alive(pid):
+            stop_pid(pid, grace_s)
+        pid_path(started.home, name).unlink(missing_ok=True)
 
 
 def _spawn(home: Path, service: Service, argv: list[str], env: dict[str, str]) -> int:

@@ -1,9 +1,11 @@
 """``tessera up`` / ``down`` / ``status``: run the whole system on this machine.
 
 ``up`` starts the embedded stack (unless ``NATS_URL`` and ``DATABASE_URL`` are set) and every
-service of :data:`tessera_cli.supervisor.SERVICES`. In the foreground it prints the gateway URL
-and each service's pid and runs until Ctrl-C or SIGTERM, then stops the services and the stack
-if it started it. With ``--detach`` it prints the gateway URL once all are healthy and returns.
+service of :data:`tessera_cli.supervisor.SERVICES` that is not running: after a service died,
+``up`` starts it again and keeps the others as they are (with all of them running it is an error).
+In the foreground it prints the gateway URL and each service's pid and runs until Ctrl-C or
+SIGTERM, then stops the services and the stack if it started it. With ``--detach`` it prints the
+gateway URL once all are healthy and returns.
 """
 
 from __future__ import annotations
@@ -82,13 +84,15 @@ async def run_up(args: argparse.Namespace) -> int:
         try:
             await supervisor.wait_healthy(started, args.timeout, interrupted=stop.is_set)
         except BaseException:
-            supervisor.down(home)
+            supervisor.abandon(started)
             raise
         if args.detach:
             if started.gateway_url:
                 print(started.gateway_url)
             pids = ", ".join(f"{name} pid {pid}" for name, pid in started.pids.items())
             print(f"tessera is up ({pids}); stop it with `tessera down`", file=sys.stderr)
+            if started.kept:
+                print(f"started {', '.join(started.new)}; the others were running already", file=sys.stderr)
             return 0
         _print_started(started)
         failure = await _supervise(started, stop)

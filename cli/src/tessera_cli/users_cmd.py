@@ -31,13 +31,21 @@ USER_ID = re.compile(r"^u_[0-9a-f]{1,32}$")
 
 
 def user_id(api: Api, tenant: str, user: str) -> str:
-    """The id of ``user``, given as an id (``u_<hex>``) or a name (looked up in the tenant's users).
+    """The id of ``user``, given as an id (``u_<hex>``) or a name.
+
+    A name is first compared with the caller's own (``GET /v1/me``), which anyone may read, so a
+    member or viewer can name themselves; any other name is looked up in the tenant's users
+    (which needs a role that may list them, e.g. tenant admin).
 
     Raises:
-        ApiError: no user of that name in the tenant (exit status 4).
+        ApiError: no user of that name in the tenant (exit status 4), or the caller may not list
+            the tenant's users (exit status 3).
     """
     if USER_ID.match(user):
         return user
+    me = api.get(path("me"))
+    if isinstance(me, dict) and me.get("name") == user and me.get("tenant") == tenant and me.get("id"):
+        return str(me["id"])
     for page in api.pages(path("tenants", tenant, "users")):
         for item in page["items"]:
             if isinstance(item, dict) and item.get("name") == user and item.get("id"):

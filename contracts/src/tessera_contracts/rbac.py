@@ -57,8 +57,10 @@ class Principal(msgspec.Struct, frozen=True, kw_only=True):
 
     @property
     def is_platform_admin(self) -> bool:
-        """Holds ``platform-admin``."""
-        return any(b.role == "platform-admin" for b in self.roles)
+        """Holds ``platform-admin`` in the platform's own tenant (a binding anywhere else counts for nothing)."""
+        return self.tenant == PLATFORM_TENANT and any(
+            b.role == "platform-admin" and b.tenant == PLATFORM_TENANT for b in self.roles
+        )
 
 
 _GRANTS: dict[Role, frozenset[Permission]] = {

@@ -20,13 +20,13 @@ Slug = Annotated[
 # Not allowed anywhere in free text: C0 and C1 controls, line/paragraph separators, and the
 # bidirectional overrides and isolates (U+202A-U+202E, U+2066-U+2069) that can make a name display
 # as another ("Trojan Source", CVE-2021-42574). No leading or trailing whitespace.
-_BANNED = "\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069"
+BANNED_CHARACTERS = "\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069"
 DisplayName = Annotated[
     str,
     msgspec.Meta(
         min_length=1,
         max_length=200,
-        pattern=rf"^[^\s{_BANNED}](?:[^{_BANNED}]*[^\s{_BANNED}])?$",
+        pattern=rf"^[^\s{BANNED_CHARACTERS}](?:[^{BANNED_CHARACTERS}]*[^\s{BANNED_CHARACTERS}])?$",
         description="Free text (any script, emoji included), 1-200 characters, no control or bidi-override"
         " characters, no leading or trailing spaces.",
     ),

@@ -11,15 +11,27 @@ from typing import Annotated, Literal
 
 import msgspec
 
-from tessera_contracts.api.common import DisplayName, GpuModel, LabelKey, LabelValue, Milli, Region, Slug, UserName
+from tessera_contracts.api.common import (
+    BANNED_CHARACTERS,
+    DisplayName,
+    GpuModel,
+    LabelKey,
+    LabelValue,
+    Milli,
+    Region,
+    Slug,
+    UserName,
+)
 from tessera_contracts.events.tenancy import Provider
 from tessera_contracts.rbac import Role, RoleBinding
 
 Budget = Annotated[Decimal, msgspec.Meta(description="GPU-hours per calendar month, 0 to 1e9", examples=["1500"])]
 MAX_BUDGET = Decimal(1_000_000_000)
+BUDGET_DECIMALS = 3  # GPU-hours to the thousandth (3.6 GPU-seconds): Postgres numeric stores it exactly
+BUDGET_QUANTUM = Decimal(1).scaleb(-BUDGET_DECIMALS)
 MaxJobs = Annotated[int, msgspec.Meta(ge=1, le=1_000_000)]
 PriorityValue = Annotated[int, msgspec.Meta(ge=-1_000_000_000, le=1_000_000_000)]
-Description = Annotated[str, msgspec.Meta(max_length=1000, pattern=r"^[^\x00-\x08\x0b\x0c\x0e-\x1f\x7f]*$")]
+Description = Annotated[str, msgspec.Meta(max_length=1000, pattern=rf"^[^{BANNED_CHARACTERS}]*$")]
 
 
 class Body(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -83,8 +95,13 @@ class SetQuota(Body, frozen=True, kw_only=True):
     def __post_init__(self) -> None:
         """Reject NaN, infinite, negative and huge budgets (msgspec has no bounds for Decimal)."""
         budget = self.monthly_gpu_hour_budget
-        if budget is not None and not (budget.is_finite() and 0 <= budget <= MAX_BUDGET):
+        if budget is None:
+            return
+        if not (budget.is_finite() and 0 <= budget <= MAX_BUDGET):
             raise ValueError("monthly_gpu_hour_budget must be a number from 0 to 1000000000")
+        exponent = budget.as_tuple().exponent
+        if isinstance(exponent, int) and exponent < -BUDGET_DECIMALS and budget != budget.quantize(BUDGET_QUANTUM):
+            raise ValueError(f"monthly_gpu_hour_budget has at most {BUDGET_DECIMALS} decimal places")
 
 
 class RegisterCluster(Body, frozen=True, kw_only=True):

@@ -21,7 +21,7 @@ from tessera_gateway.forward import provide_read, provide_write
 from tessera_gateway.handlers import health, tenancy
 from tessera_gateway.idempotency import IdempotencyStore
 from tessera_gateway.observability import RequestLog
-from tessera_gateway.openapi import SECURITY, config
+from tessera_gateway.openapi import SECURITY, config, forbid_unknown_fields
 from tessera_gateway.problems import EXCEPTION_HANDLERS
 from tessera_gateway.settings import GatewaySettings
 from tessera_runtime import connect, logs, tracing
@@ -62,6 +62,7 @@ async def create_app(nc: NATS, settings: GatewaySettings) -> Litestar:
         logging_config=None,
         debug=False,
     )
+    forbid_unknown_fields(app)
     # Litestar's middleware runs only for matched routes; wrapping the whole handler gives unknown
     # routes and 405s a request id and an access log line too (the same hook its OTel plugin uses).
     app.asgi_handler = RequestLog(app.asgi_handler)

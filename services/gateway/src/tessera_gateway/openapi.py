@@ -1,18 +1,25 @@
 """The OpenAPI 3.1 document at ``/schema`` (JSON at ``/schema/openapi.json``).
 
 Declares the bearer security scheme (applied to every ``/v1`` route) and the problem+json error
-responses that routes list with :func:`problem_responses`.
+responses that routes list with :func:`problem_responses`. :func:`forbid_unknown_fields` then marks
+every request body schema whose struct rejects unknown fields with ``additionalProperties: false``
+(Litestar's generator leaves it out), so the document says what the server enforces.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from http import HTTPStatus
 
+import msgspec
+from litestar import Litestar
 from litestar.openapi import OpenAPIConfig, ResponseSpec
 from litestar.openapi.plugins import ScalarRenderPlugin
-from litestar.openapi.spec import Components, SecurityRequirement, SecurityScheme, Tag
+from litestar.openapi.spec import Components, Schema, SecurityRequirement, SecurityScheme, Tag
+from litestar.routes import HTTPRoute
 
 from tessera_contracts.rpc import Problem
+from tessera_gateway.guards import body_type
 from tessera_gateway.problems import PROBLEM_MEDIA_TYPE
 
 BEARER = "bearer"
@@ -59,3 +66,58 @@ def config() -> OpenAPIConfig:
         tags=[Tag(name="tenancy", description="Tenants, projects, users, roles, API keys, quotas, clusters.")],
         use_handler_docstrings=True,
     )
+
+
+def _strict_structs(types: Iterable[type[msgspec.Struct]]) -> dict[str, list[frozenset[str]]]:
+    """Structs with ``forbid_unknown_fields`` in ``types`` or nested in them: name -> their field-name sets."""
+    found: dict[str, list[frozenset[str]]] = {}
+    seen: set[type] = set()
+
+    def walk(info: msgspec.inspect.Type) -> None:
+        if isinstance(info, msgspec.inspect.StructType):
+            if info.cls in seen:
+                return
+            seen.add(info.cls)
+            if info.forbid_unknown_fields:
+                found.setdefault(info.cls.__name__, []).append(frozenset(f.encode_name for f in info.fields))
+            for field in info.fields:
+                walk(field.type)
+        elif isinstance(info, msgspec.inspect.Metadata):
+            walk(info.type)
+        elif isinstance(info, msgspec.inspect.UnionType):
+            for member in info.types:
+                walk(member)
+        elif isinstance(info, msgspec.inspect.DictType):
+            walk(info.key_type)
+            walk(info.value_type)
+        elif isinstance(info, msgspec.inspect.TupleType):
+            for item in info.item_types:
+                walk(item)
+        elif isinstance(info, msgspec.inspect.CollectionType):
+            walk(info.item_type)
+
+    for info in msgspec.inspect.multi_type_info(list(types)):
+        walk(info)
+    return found
+
+
+def forbid_unknown_fields(app: Litestar) -> None:
+    """Set ``additionalProperties: false`` on the component of every request body struct that forbids unknown fields.
+
+    Covers the ``data`` type of every route and the structs nested in it. A component matches a
+    struct by its title (the class name) and its exact property names. Call it once the routes
+    are registered: it builds the document now, and ``/schema`` serves this one.
+    """
+    bodies = {
+        target
+        for route in app.routes
+        if isinstance(route, HTTPRoute)
+        for handler in route.route_handlers
+        if (target := body_type(handler)) is not None
+    }
+    strict = _strict_structs(bodies)
+    for schema in (app.openapi_schema.components.schemas or {}).values():
+        if not isinstance(schema, Schema) or schema.title not in strict:
+            continue
+        if frozenset(schema.properties or {}) in strict[schema.title]:
+            schema.additional_properties = False

@@ -8,7 +8,8 @@ aggregate's own events (:func:`principal_state`, :func:`key_state`). Errors are 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
+import secrets
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -38,6 +39,11 @@ class Invalid(DomainError):
 
 
 # -- addresses ------------------------------------------------------------------------------------
+
+
+def new_principal_id() -> str:
+    """A fresh principal id, ``u_<16 hex>`` (random: the caller's, not the domain's, nondeterminism)."""
+    return f"u_{secrets.token_hex(8)}"
 
 
 def tenant_ref(tenant: str) -> AggregateRef:
@@ -140,6 +146,10 @@ def key_state(events: Iterable[tuple[Event, datetime]]) -> KeyState:
 # -- decisions ------------------------------------------------------------------------------------
 
 
+RoleRule = Callable[["PrincipalState", str, api.RoleGrant], list[Event]]
+"""A decision on a principal's roles: :func:`grant` or :func:`revoke`."""
+
+
 def grant(state: PrincipalState, tenant: str, body: api.RoleGrant) -> list[Event]:
     """Grant a role; granting one already held changes nothing (no event).
 
@@ -173,8 +183,8 @@ def check_quota(body: api.SetQuota, tenant_quota: ev.QuotaSet | None, project: s
 
     - a GPU model appears at most once;
     - ``lending_limit_milli`` ≤ ``nominal_milli`` (one cannot lend what one does not have);
-    - a project's nominal quota of a model ≤ its tenant's nominal quota of that model, when the
-      tenant has a quota (a project carves from its tenant; it is not a second source of GPUs).
+    - a project carves from its tenant, it is not a second source of GPUs: the tenant must have
+      a quota, and a project's nominal quota of a model ≤ the tenant's nominal of that model.
 
     Raises:
         Invalid: a rule is broken; the message names the model.
@@ -186,12 +196,33 @@ def check_quota(body: api.SetQuota, tenant_quota: ev.QuotaSet | None, project: s
         seen.add(g.gpu_model)
         if g.lending_limit_milli is not None and g.lending_limit_milli > g.nominal_milli:
             raise Invalid(f"{g.gpu_model}: lending limit {g.lending_limit_milli} exceeds nominal {g.nominal_milli}")
-    if project is not None and tenant_quota is not None:
-        ceiling = {g.gpu_model: g.nominal_milli for g in tenant_quota.gpus}
-        for g in body.gpus:
-            limit = ceiling.get(g.gpu_model, 0)
-            if g.nominal_milli > limit:
-                raise Invalid(f"{g.gpu_model}: project nominal {g.nominal_milli} exceeds the tenant's {limit}")
+    if project is None:
+        return
+    if tenant_quota is None:
+        raise Invalid("set the tenant's quota before its projects' quotas")
+    ceiling = {g.gpu_model: g.nominal_milli for g in tenant_quota.gpus}
+    for g in body.gpus:
+        limit = ceiling.get(g.gpu_model, 0)
+        if g.nominal_milli > limit:
+            raise Invalid(f"{g.gpu_model}: project nominal {g.nominal_milli} exceeds the tenant's {limit}")
+
+
+def check_tenant_covers_projects(body: api.SetQuota, projects: dict[str, dict[str, int]]) -> None:
+    """A new tenant quota must still cover each project's nominal quota, model by model.
+
+    ``projects`` maps a project to its nominal milli-GPU per model.
+
+    Raises:
+        Invalid: a project would hold more than its tenant; the message names it.
+    """
+    ceiling = {g.gpu_model: g.nominal_milli for g in body.gpus}
+    for project, nominals in sorted(projects.items()):
+        for model, nominal in sorted(nominals.items()):
+            if nominal > ceiling.get(model, 0):
+                raise Invalid(
+                    f"{model}: project {project} has nominal {nominal}, more than the new tenant quota's "
+                    f"{ceiling.get(model, 0)}; lower the project's quota first"
+                )
 
 
 def quota_event(tenant: str, project: str | None, body: api.SetQuota) -> ev.QuotaSet:
@@ -209,6 +240,8 @@ def quota_event(tenant: str, project: str | None, body: api.SetQuota) -> ev.Quot
             )
             for g in body.gpus
         ),
-        monthly_gpu_hour_budget=body.monthly_gpu_hour_budget,
+        monthly_gpu_hour_budget=(
+            None if body.monthly_gpu_hour_budget is None else body.monthly_gpu_hour_budget.quantize(api.BUDGET_QUANTUM)
+        ),
         max_concurrent_jobs=body.max_concurrent_jobs,
     )

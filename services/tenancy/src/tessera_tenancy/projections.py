@@ -1,12 +1,19 @@
 """The tenancy read model (schema ``proj_tenancy``), with row-level security on every tenant-owned table.
 
-Every table with a ``tenant_id`` column has RLS enabled *and forced* (so even its owner is
-filtered) with one policy: a row is visible and writable only when
-``current_setting('tessera.tenant')`` is its tenant, or ``'*'`` (the runtime's all-tenants
-scope, used by projectors and replay — never by request handlers). Request handlers query as
-:data:`APP_ROLE`, which is neither owner nor superuser, with the tenant set per transaction
-(``set_config(…, true)``), so a pooled connection never carries it to the next request.
-Platform-wide tables (clusters, node pools, priority classes) have no tenant and no policy.
+Every tenant-owned table (:data:`TENANT_OWNED`) has RLS enabled *and forced* (so even its
+owner is filtered) and two policies, each for one role:
+
+- ``tenant_isolation`` for :data:`APP_ROLE` (request handlers; neither owner nor superuser,
+  SELECT only): a row is visible only when ``current_setting('tessera.tenant')`` is its tenant.
+  The app role has no way to widen that: ``'*'`` means nothing to its policy.
+- ``runtime_all_tenants`` for the role that created the schema (the projector's, in production
+  the owner): every row, when the transaction set ``tessera.tenant = '*'`` — the runtime's
+  all-tenants scope for projectors and replay (:data:`tessera_runtime.projector.ALL_TENANTS`).
+
+The tenant is set per transaction (``set_config(…, true)``), so a pooled connection never carries
+it to the next request. Platform-wide tables (:data:`PLATFORM_WIDE`: clusters, node pools,
+priority classes) hold no tenant's data and have no policy. The runtime's ``_checkpoint`` and
+``_dead_letters`` are not granted to the app role at all (a dead letter can hold any tenant's data).
 """
 
 from __future__ import annotations
@@ -22,13 +29,21 @@ from tessera_runtime.eventlog import StoredEvent
 
 APP_ROLE = "tessera_app"
 TENANT_OWNED = ("tenants", "projects", "principals", "role_bindings", "api_keys", "quotas")
+PLATFORM_WIDE = ("clusters", "node_pools", "priority_classes")
 
 _POLICY = """
 ALTER TABLE {t} ENABLE ROW LEVEL SECURITY;
 ALTER TABLE {t} FORCE ROW LEVEL SECURITY;
-CREATE POLICY tenant_isolation ON {t}
-    USING (tenant_id = current_setting('tessera.tenant', true) OR current_setting('tessera.tenant', true) = '*')
-    WITH CHECK (tenant_id = current_setting('tessera.tenant', true) OR current_setting('tessera.tenant', true) = '*');
+CREATE POLICY tenant_isolation ON {t} TO tessera_app
+    USING (tenant_id = current_setting('tessera.tenant', true));
+DO $$ BEGIN
+    EXECUTE format(
+        'CREATE POLICY runtime_all_tenants ON {t} TO %I'
+        ' USING (current_setting(''tessera.tenant'', true) = ''*'')'
+        ' WITH CHECK (current_setting(''tessera.tenant'', true) = ''*'')',
+        current_user
+    );
+END $$;
 """
 
 DDL = (
@@ -109,10 +124,12 @@ CREATE TABLE priority_classes (
 );
 """
     + "".join(_POLICY.format(t=t) for t in TENANT_OWNED)
-    + """
-DO $$ BEGIN
+    + r"""
+DO $$ DECLARE t text; BEGIN
     EXECUTE format('GRANT USAGE ON SCHEMA %I TO tessera_app', current_schema());
-    EXECUTE format('GRANT SELECT ON ALL TABLES IN SCHEMA %I TO tessera_app', current_schema());
+    FOR t IN SELECT tablename FROM pg_tables WHERE schemaname = current_schema() AND tablename NOT LIKE '\_%' LOOP
+        EXECUTE format('GRANT SELECT ON %I.%I TO tessera_app', current_schema(), t);
+    END LOOP;
 END $$;
 """
 )
@@ -220,7 +237,7 @@ class TenancyProjection:
     """
 
     name = "tenancy"
-    version = 1
+    version = 2
     subjects: tuple[str, ...] = ("ev.tenancy.>",)
     ddl = DDL
 

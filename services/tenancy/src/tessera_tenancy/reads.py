@@ -1,8 +1,14 @@
-"""Queries on the tenancy read model, as the app role, scoped to one tenant per transaction.
+"""Queries on the tenancy read model, scoped to one tenant per transaction.
 
-:func:`scoped` opens a transaction that switches to :data:`~tessera_tenancy.projections.APP_ROLE`
-(neither owner nor superuser) and sets ``tessera.tenant`` for that transaction only; row-level
-security then hides every other tenant's rows, whatever the SQL says.
+:func:`scoped` opens a read-only transaction that switches to
+:data:`~tessera_tenancy.projections.APP_ROLE` (neither owner nor superuser, no write grants) and
+sets ``tessera.tenant`` for that transaction only; row-level security then hides every other
+tenant's rows, whatever the SQL says, and the app role has no policy that would widen it.
+
+:func:`platform_wide` is the deliberate exception, for the few reads that must cross tenants —
+checking a presented API key (before any tenant is known) and a platform admin's list of all
+tenants: it stays the owning role with the runtime's all-tenants scope. Only code that names it
+gets it.
 """
 
 from __future__ import annotations
@@ -32,11 +38,26 @@ class BadCursor(ValueError):
 
 @asynccontextmanager
 async def scoped(pool: asyncpg.Pool, tenant: str) -> AsyncIterator[asyncpg.Connection]:
-    """A read-only transaction as the app role with ``tessera.tenant = tenant`` (``'*'``: all)."""
+    """A read-only transaction as the app role, seeing ``tenant``'s rows and platform-wide tables.
+
+    Raises:
+        ValueError: ``tenant`` is the all-tenants scope (use :func:`platform_wide`).
+    """
+    if tenant == ALL:
+        raise ValueError("scoped() serves one tenant; use platform_wide() to cross tenants")
     async with pool.acquire() as conn, conn.transaction(readonly=True):
         await conn.execute(f"SET LOCAL ROLE {APP_ROLE}")
         await conn.execute(f"SET LOCAL search_path TO {SCHEMA}")
         await conn.execute("SELECT set_config('tessera.tenant', $1, true)", tenant)
+        yield conn
+
+
+@asynccontextmanager
+async def platform_wide(pool: asyncpg.Pool) -> AsyncIterator[asyncpg.Connection]:
+    """A read-only transaction over every tenant's rows (see the module docstring for who may)."""
+    async with pool.acquire() as conn, conn.transaction(readonly=True):
+        await conn.execute(f"SET LOCAL search_path TO {SCHEMA}")
+        await conn.execute("SELECT set_config('tessera.tenant', $1, true)", ALL)
         yield conn
 
 
@@ -57,7 +78,9 @@ def decode_cursor(cursor: str | None, width: int) -> list[Any] | None:
         key = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
     except (ValueError, UnicodeDecodeError):
         raise BadCursor("invalid cursor") from None
-    if not isinstance(key, list) or len(key) != width or not all(isinstance(k, str) for k in key):
+    if not isinstance(key, list) or len(key) != width:
+        raise BadCursor("invalid cursor")
+    if not all(isinstance(k, str) and len(k) <= 256 and "\x00" not in k for k in key):
         raise BadCursor("invalid cursor")
     return key
 

@@ -38,7 +38,7 @@ from tessera_contracts.api.tenancy import (
 )
 from tessera_contracts.rbac import Principal
 from tessera_gateway.forward import Forwarder
-from tessera_gateway.guards import json_body, platform_admin, tenant_visible
+from tessera_gateway.guards import json_body, platform_admin, strict_body, tenant_visible
 from tessera_gateway.openapi import READ_ERRORS, WRITE_ERRORS, problem_responses
 from tessera_gateway.params import (
     After,
@@ -63,7 +63,7 @@ def _read() -> dict[str, Any]:
 def _write(*guards: Guard) -> dict[str, Any]:
     return {
         "responses": problem_responses(*WRITE_ERRORS),
-        "guards": [*guards, json_body],
+        "guards": [*guards, json_body, strict_body],
     }
 
 
@@ -217,7 +217,12 @@ async def list_keys(
 async def issue_key(
     write: NamedDependency[Forwarder], tenant: TenantSlug, user: UserId, data: JSONBody[IssueKey]
 ) -> Response[IssuedKey]:
-    """Issue an API key for a user; the secret is in this answer only."""
+    """Issue an API key for a user; its `secret` is shown once, in this answer only.
+
+    Never again, not even to a retry with the same `Idempotency-Key`: the replayed answer has
+    `"secret": null` (stored answers never hold a secret). A client that lost the answer revokes
+    the key and issues another.
+    """
     return await write(SERVICE, "issue_key", data, scope={"tenant": tenant, "user": user})
 
 

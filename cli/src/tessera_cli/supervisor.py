@@ -25,7 +25,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -38,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 from nats.aio.client import Client as NATS
 
 from tessera_runtime import devstack
+from tessera_runtime.devstack.process import port_is_free
 
 if TYPE_CHECKING:
     import httpx
@@ -209,17 +209,6 @@ def stop_pid(pid: int, grace_s: float = STOP_GRACE_S) -> None:
     _CHILDREN.pop(pid, None)
 
 
-def port_is_free(host: str, port: int) -> bool:
-    """Whether a server could listen on ``host:port`` now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((host, port))
-        except OSError:
-            return False
-    return True
-
-
 def last_log_line(path: Path, limit: int = 200) -> str:
     """The last non-blank line of a log (at most ``limit`` characters), or ``""``."""
     try:
@@ -313,7 +302,7 @@ def start(
         raise SupervisorError(
             f"tessera is already running in {home} ({which}): see `tessera status`; stop it with `tessera down`"
         )
-    if any(s.http_health for s in missing) and not port_is_free(host, port):
+    if any(s.http_health for s in missing) and not port_is_free(port, host):
         raise SupervisorError(f"port {port} on {host} is taken: stop what uses it or choose another with --port")
     run_dir(home).mkdir(parents=True, exist_ok=True)
     (home / "logs").mkdir(parents=True, exist_ok=True)

@@ -75,12 +75,12 @@ def free_port() -> int:
         return port
 
 
-def port_is_free(port: int) -> bool:
-    """Whether a server (which sets SO_REUSEADDR, as NATS and Postgres do) could bind the port."""
+def port_is_free(port: int, host: str = LOOPBACK) -> bool:
+    """Whether a server (which sets SO_REUSEADDR, as NATS, Postgres and uvicorn do) could bind ``host:port``."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
-            sock.bind((LOOPBACK, port))
+            sock.bind((host, port))
         except OSError:
             return False
         return True

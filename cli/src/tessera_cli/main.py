@@ -28,6 +28,7 @@ from tessera_cli import (
     projects_cmd,
     quotas_cmd,
     replay_cmd,
+    simulate_cmd,
     tenants_cmd,
     up_cmd,
     users_cmd,
@@ -61,6 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
         clusters_cmd,
         priority_cmd,
         infra_cmd,
+        simulate_cmd,
     ):
         module.register(sub)
     return parser

@@ -1,0 +1,1 @@
+"""Trace-driven, virtual-time simulator of the scheduler core (``tessera simulate``)."""

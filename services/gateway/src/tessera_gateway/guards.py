@@ -29,7 +29,7 @@ from litestar.handlers import BaseRouteHandler, HTTPRouteHandler
 from tessera_contracts import rpc
 from tessera_contracts.rbac import PLATFORM_TENANT, Decision, Permission, Principal, authorize
 from tessera_gateway.params import TENANT_PATTERN
-from tessera_gateway.problems import UNSUPPORTED_MEDIA_TYPE, GatewayProblem
+from tessera_gateway.problems import GatewayProblem
 
 _TENANT = re.compile(TENANT_PATTERN)
 _JSON_TYPE = re.compile(r"^application/(?:[a-z0-9.+-]+\+)?json$")
@@ -91,7 +91,7 @@ def json_body(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandle
         return
     media_type = content_type.split(";", 1)[0].strip().lower()
     if not _JSON_TYPE.match(media_type):
-        raise GatewayProblem(UNSUPPORTED_MEDIA_TYPE, f"send the body as application/json, not {media_type or '?'}")
+        raise GatewayProblem(rpc.UNSUPPORTED_MEDIA_TYPE, f"send the body as application/json, not {media_type or '?'}")
 
 
 _ERROR_AT = re.compile(r"^(?P<message>.*?)(?: - at `\$(?P<path>[^`]*)`)?$", re.DOTALL)

@@ -33,18 +33,6 @@ from tessera_runtime.rpc import RpcError
 
 PROBLEM_MEDIA_TYPE = "application/problem+json"
 
-# HTTP-level codes the contracts' table does not have (they never come from a service).
-METHOD_NOT_ALLOWED = ("method-not-allowed", 405)
-NOT_ACCEPTABLE = ("not-acceptable", 406)
-PAYLOAD_TOO_LARGE = ("payload-too-large", 413)
-UNSUPPORTED_MEDIA_TYPE = ("unsupported-media-type", 415)
-_TITLES = {
-    **rpc.TITLES,
-    "method-not-allowed": "Method not allowed",
-    "not-acceptable": "Not acceptable",
-    "payload-too-large": "The request body is too large",
-    "unsupported-media-type": "Unsupported media type",
-}
 _BY_STATUS: dict[int, tuple[str, int]] = {
     status: (code, status)
     for code, status in (
@@ -52,12 +40,12 @@ _BY_STATUS: dict[int, tuple[str, int]] = {
         rpc.UNAUTHENTICATED,
         rpc.FORBIDDEN,
         rpc.NOT_FOUND,
-        METHOD_NOT_ALLOWED,
-        NOT_ACCEPTABLE,
+        rpc.METHOD_NOT_ALLOWED,
+        rpc.NOT_ACCEPTABLE,
         rpc.CONFLICT,
         rpc.GONE,
-        PAYLOAD_TOO_LARGE,
-        UNSUPPORTED_MEDIA_TYPE,
+        rpc.PAYLOAD_TOO_LARGE,
+        rpc.UNSUPPORTED_MEDIA_TYPE,
         rpc.UNPROCESSABLE,
         rpc.TOO_MANY,
         rpc.INTERNAL,
@@ -71,11 +59,8 @@ _log = logs.get("gateway")
 
 
 def make_problem(kind: tuple[str, int], detail: str = "", errors: list[dict[str, str]] | None = None) -> rpc.Problem:
-    """A :class:`~tessera_contracts.rpc.Problem` for a contracts code or one of this module's HTTP codes."""
-    code, status = kind
-    return rpc.Problem(
-        type=rpc.PROBLEM_BASE + code, title=_TITLES[code], status=status, code=code, detail=detail, errors=errors
-    )
+    """A :class:`~tessera_contracts.rpc.Problem` for one of the contracts' codes (HTTP-only ones included)."""
+    return rpc.problem(kind, detail, errors)
 
 
 def kind_for_status(status: int) -> tuple[str, int]:

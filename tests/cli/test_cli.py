@@ -62,7 +62,9 @@ def test_bad_arguments_exit_nonzero_with_one_line(servers: object) -> None:
     urls = ["--nats-url", servers.nats_url, "--database-url", servers.database_url]  # type: ignore[attr-defined]
     unknown = tessera("replay", "verify", "nosuch", *urls)
     assert unknown.returncode == 1
-    assert unknown.stderr.strip() == "tessera: error: unknown projection(s) nosuch; registered: audit, tenancy"
+    assert (
+        unknown.stderr.strip() == "tessera: error: unknown projection(s) nosuch; registered: audit, scheduler, tenancy"
+    )
     nothing = tessera("replay", "verify", *urls)
     assert nothing.returncode != 0 and "--all" in nothing.stderr
     bad_number = tessera("bench", "eventlog", "--events", "-3")

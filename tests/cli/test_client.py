@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import socket
 import stat
 import subprocess
@@ -58,6 +59,7 @@ QUOTA = {
     "gpus": [{"gpu_model": "A100", "nominal_milli": 4000, "borrowing_limit_milli": None, "lending_limit_milli": 1000}],
     "monthly_gpu_hour_budget": "50",
     "max_concurrent_jobs": None,
+    "fair_share_weight": 2,
     "updated_at": "2025-01-01T00:00:00Z",
 }
 
@@ -397,6 +399,7 @@ def test_quota_set_changes_only_what_is_given(cli: Cli, gateway: FakeGateway, lo
     assert put.body == {
         "cohort": "pool-a",
         "monthly_gpu_hour_budget": "100",
+        "fair_share_weight": 2,
         "gpus": [
             {
                 "gpu_model": "H100",
@@ -412,6 +415,15 @@ def test_quota_set_changes_only_what_is_given(cli: Cli, gateway: FakeGateway, lo
     assert gateway.seen[-1].body == {"gpus": [], "max_concurrent_jobs": 4}
     shown = cli("quotas", "get", "-t", "acme", env=logged_in).stdout
     assert "A100=4::1" in shown, "GPU quotas print in the --gpu syntax"
+    assert re.search(r"^weight +2$", shown, re.M), "the fair-share weight is shown"
+
+
+def test_quota_set_weight(cli: Cli, gateway: FakeGateway, logged_in: dict[str, str]) -> None:
+    result = cli("quotas", "set", "-t", "acme", "--weight", "5", env=logged_in)
+    assert result.returncode == 0, result.stderr
+    body = gateway.seen[-1].body
+    assert body["fair_share_weight"] == 5 and body["cohort"] == "pool-a", "the rest of the quota is kept"
+    assert re.search(r"^weight +5$", result.stdout, re.M)
 
 
 @pytest.mark.parametrize(
@@ -421,6 +433,10 @@ def test_quota_set_changes_only_what_is_given(cli: Cli, gateway: FakeGateway, lo
         ("quotas", "set", "-t", "acme", "--gpu", "H100=lots"),
         ("quotas", "set", "-t", "acme", "--gpu", "H100=1:2:3:4"),
         ("quotas", "set", "-t", "acme", "--gpu", "H100=0.0001"),
+        ("quotas", "set", "-t", "acme", "--weight", "0"),
+        ("quotas", "set", "-t", "acme", "--weight", "1001"),
+        ("quotas", "set", "-t", "acme", "--weight", "heavy"),
+        ("quotas", "set", "-t", "acme", "-p", "vision", "--weight", "2"),
         ("keys", "create", "-t", "acme", "-u", "ada", "--name", "n", "--expires-at", "next tuesday"),
         ("clusters", "node-pool", "c1", "p1", "--label", "novalue"),
     ],

@@ -17,6 +17,8 @@ import pytest
 
 from tessera_contracts.api import tenancy as api
 from tessera_contracts.rbac import Principal
+from tests.scheduler.service.test_matrix import CASES as SCHEDULER_CASES
+from tests.scheduler.service.test_matrix import TEMPLATES as SCHEDULER_TEMPLATES
 from tests.support.tenancy import Tenancy
 
 ROLES = ("platform-admin", "tenant-admin", "member", "viewer", "project-member", "project-viewer")
@@ -251,4 +253,9 @@ async def test_the_matrix_covers_every_endpoint(gateway: httpx.AsyncClient) -> N
         ]:
             path = path.replace(concrete, template)
         covered.add((case.method, path))
+    for scheduler_case in SCHEDULER_CASES.values():  # the scheduler's routes have their own matrix
+        path = scheduler_case.path
+        for concrete, template in SCHEDULER_TEMPLATES:
+            path = path.replace(concrete, template)
+        covered.add((scheduler_case.method, path))
     assert routes - covered == set(), f"endpoints missing from the matrix: {sorted(routes - covered)}"

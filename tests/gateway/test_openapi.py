@@ -36,6 +36,12 @@ ROUTES = [
     ("put", "/v1/clusters/{cluster}/node-pools/{pool}", "define_node_pool", "DefineNodePool", "200", "ClusterView"),
     ("get", "/v1/priority-classes", "list_priority_classes", None, "200", None),
     ("put", "/v1/priority-classes/{name}", "define_priority_class", "DefinePriorityClass", "200", "PriorityClassView"),
+    ("post", "/v1/tenants/{tenant}/projects/{project}/jobs", "submit_job", "SubmitJob", "201", "JobView"),
+    ("get", "/v1/tenants/{tenant}/jobs", "list_jobs", None, "200", None),
+    ("get", "/v1/tenants/{tenant}/jobs/{job}", "get_job", None, "200", "JobView"),
+    ("post", "/v1/tenants/{tenant}/jobs/{job}/cancel", "cancel_job", "CancelJob", "200", "JobView"),
+    ("get", "/v1/tenants/{tenant}/jobs/{job}/explain", "explain_job", None, "200", "ExplainView"),
+    ("get", "/v1/nodes", "list_nodes", None, "200", None),
 ]
 
 
@@ -103,7 +109,8 @@ async def test_schema_ui_is_served(client):
 async def test_request_bodies_forbid_additional_properties(client, fake: FakeTenancy):
     doc = json.loads((await client.get("/schema/openapi.json")).content)
     schemas = doc["components"]["schemas"]
-    bodies = {body for *_, body, _, _ in ROUTES if body is not None} | {"GpuQuotaBody"}  # nested in SetQuota
+    nested = {"GpuQuotaBody", "WorkerBody", "SelectorBody"}  # in SetQuota and SubmitJob
+    bodies = {body for *_, body, _, _ in ROUTES if body is not None} | nested
     assert bodies <= set(schemas)
     for name in bodies:
         assert schemas[name].get("additionalProperties") is False, name

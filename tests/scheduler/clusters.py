@@ -186,8 +186,14 @@ def best_fit_score(state: ClusterState, a: Assignment, request: Request) -> tupl
     return node_left, device_left
 
 
-def fragmentation(usage: NodeUsage, distribution: WorkloadDistribution, extra: Assignment | None = None) -> float:
-    """``F_n(M)`` straight from the paper's definition (floats, no memo), optionally after ``extra``."""
+def fragmentation(
+    usage: NodeUsage, distribution: WorkloadDistribution, extra: Assignment | None = None, host_capacity: bool = True
+) -> float:
+    """``F_n(M)`` straight from the definition (floats, no memo), optionally after ``extra``.
+
+    ``host_capacity=False`` is the paper's measure; with it, a shape can use at most the GPUs of
+    as many of its tasks as the host's free CPU and memory still hold (``fgd.py``).
+    """
     taken = {s.uuid: s.milli for s in extra.devices} if extra else {}
     free = [(d.free_milli - taken.get(d.device.uuid, 0), d.device.model) for d in usage.devices if not d.device.mig]
     cpu = usage.cpu_free - (extra.cpu_milli if extra else 0)
@@ -208,5 +214,11 @@ def fragmentation(usage: NodeUsage, distribution: WorkloadDistribution, extra: A
         else:
             need = shape.milli if shape.milli < GPU_MILLI else GPU_MILLI
             usable_sum = sum(f for f in usable if f >= need)
+            if host_capacity:
+                tasks = min(
+                    cpu // shape.cpu_milli if shape.cpu_milli else usable_sum,
+                    mem // shape.host_memory_mib if shape.host_memory_mib else usable_sum,
+                )
+                usable_sum = min(usable_sum, tasks * shape.gpus * shape.milli)
             value += p * (total_free - usable_sum)
     return value

@@ -45,3 +45,16 @@ def test_fgd_keeps_fractions_off_empty_devices_when_a_fragment_fits() -> None:
     state.allocate(first)
     second = state.place(Request(milli=500), policy)
     assert second is not None and second.devices[0].uuid == first.devices[0].uuid
+
+
+def test_fgd_re_reads_a_learned_workload_only_when_it_drifts() -> None:
+    policy = Fgd(refresh_every=10, drift=0.05)
+    for _ in range(200):
+        policy.observe(Request(milli=500, cpu_milli=1000))
+    settled = policy.version
+    for _ in range(200):
+        policy.observe(Request(milli=500, cpu_milli=1000))
+    assert policy.version == settled, "a stationary workload keeps its cached bounds"
+    for _ in range(100):
+        policy.observe(Request(gpus=2, cpu_milli=8000))
+    assert policy.version > settled, "a new kind of task changes the workload"

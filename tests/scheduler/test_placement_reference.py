@@ -15,7 +15,7 @@ from tessera_scheduler.placement import (
     Request,
     WorkloadDistribution,
 )
-from tests.scheduler.clusters import all_options, best_fit_score, fragmentation, mixed_cluster, random_request
+from tests.scheduler.clusters import all_options, best_fit_score, fragmentation, mixed_cluster, node, random_request
 
 
 def churn(rng: random.Random, state: ClusterState, live: list[Assignment]) -> None:
@@ -67,18 +67,20 @@ def test_best_fit_takes_the_node_left_with_least_then_the_tightest_device() -> N
     assert checked > 500
 
 
-@pytest.mark.parametrize("seed", ["fgd-1", "fgd-2"])
-def test_fgd_reaches_the_least_fragmentation_increase_of_all_placements(seed: str) -> None:
+@pytest.mark.parametrize(("seed", "host_capacity"), [("fgd-1", True), ("fgd-2", True), ("fgd-3", False)])
+def test_fgd_reaches_the_least_fragmentation_increase_of_all_placements(seed: str, host_capacity: bool) -> None:
     rng = random.Random(seed)
     workload = [random_request(rng) for _ in range(300)]
     distribution = WorkloadDistribution.of(workload)
-    policy = Fgd(distribution)
+    policy = Fgd(distribution, host_capacity=host_capacity)
     state = ClusterState(mixed_cluster())
     live: list[Assignment] = []
 
     def score(a: Assignment, request: Request) -> tuple[float, tuple[int, int]]:
         usage = state.usage(a.node)
-        delta = fragmentation(usage, distribution, a) - fragmentation(usage, distribution)
+        delta = fragmentation(usage, distribution, a, host_capacity) - fragmentation(
+            usage, distribution, host_capacity=host_capacity
+        )
         return round(delta, 6), best_fit_score(state, a, request)
 
     checked = 0
@@ -93,7 +95,7 @@ def test_fgd_reaches_the_least_fragmentation_increase_of_all_placements(seed: st
         assert got is not None, request
         assert score(got, request) == min(score(a, request) for a in expected), request
         assert policy.fragmentation(state, got.node) == pytest.approx(
-            fragmentation(state.usage(got.node), distribution)
+            fragmentation(state.usage(got.node), distribution, host_capacity=host_capacity)
         )
         state.allocate(got)
         live.append(got)
@@ -120,3 +122,36 @@ def test_trial_and_clone_do_not_change_decisions() -> None:
     for policy_ in (FirstFit(), Fgd(WorkloadDistribution.of(requests))):
         for request in requests:
             assert state.place(request, policy_) == copy.place(request, policy_)
+
+
+@pytest.mark.parametrize("name", ["first-fit", "best-fit", "fgd"])
+def test_long_churn_on_many_similar_nodes_matches_the_reference(name: str) -> None:
+    """Enough churn that the index compacts its heaps (stale first-fit entries must survive that)."""
+    rng = random.Random(f"churn-{name}")
+    nodes = [node(f"n{i:02d}", 4) for i in range(30)]
+    state = ClusterState(nodes)
+    workload = [Request(milli=m, cpu_milli=c) for m in (250, 500, 1000) for c in (1000, 3000)]
+    policy = (
+        FirstFit()
+        if name == "first-fit"
+        else BestFit()
+        if name == "best-fit"
+        else Fgd(WorkloadDistribution.of(workload))
+    )
+    live: list[Assignment] = []
+    for step in range(3000):
+        if live and (rng.random() < 0.45 or state.allocated_milli > 96_000):
+            state.release(live.pop(rng.randrange(len(live))))
+        request = rng.choice(workload)
+        expected = all_options(state, request)
+        got = state.place(request, policy)
+        assert (got is None) == (not expected), (step, request)
+        if got is None:
+            continue
+        if name == "first-fit":
+            assert got == expected[0], step
+        elif name == "best-fit":
+            assert best_fit_score(state, got, request)[0] == min(best_fit_score(state, a, request)[0] for a in expected)
+        state.allocate(got)
+        live.append(got)
+    state.check_invariants()

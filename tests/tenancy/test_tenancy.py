@@ -6,11 +6,14 @@ from decimal import Decimal
 import msgspec
 import pytest
 
+from tessera_contracts import codec
 from tessera_contracts.api import tenancy as api
 from tessera_contracts.api.common import PageRequest
+from tessera_contracts.events import tenancy as ev
 from tessera_contracts.rbac import RoleBinding
 from tessera_runtime import replay, rpc
 from tessera_runtime.rpc import RpcError
+from tessera_tenancy.domain import quota_ref
 from tessera_tenancy.projections import TENANCY
 from tests.support.tenancy import Tenancy
 
@@ -124,9 +127,14 @@ async def test_quota_rules(tenancy: Tenancy) -> None:
         gpus=[gpu(gpu_model="H100", nominal_milli=8000, borrowing_limit_milli=4000, lending_limit_milli=2000)],
         monthly_gpu_hour_budget=Decimal("1500.5"),
         max_concurrent_jobs=20,
+        fair_share_weight=3,
     )
     view = await t.call("set_quota", quota, as_=t.admin, result=api.QuotaView, tenant="acme")
     assert view.gpus[0].nominal_milli == 8000 and view.monthly_gpu_hour_budget == Decimal("1500.5")
+    assert view.fair_share_weight == 3
+    stored, _ = await t.log.load(quota_ref("acme", None).subject)
+    event = codec.payload(stored[-1].envelope)
+    assert isinstance(event, ev.QuotaSet) and event.fair_share_weight == 3, "the scheduler reads it from the event"
     bad = [
         api.SetQuota(gpus=[gpu(gpu_model="H100", nominal_milli=1000, lending_limit_milli=2000)]),
         api.SetQuota(gpus=[gpu(gpu_model="H100", nominal_milli=1), gpu(gpu_model="H100", nominal_milli=2)]),
@@ -145,6 +153,13 @@ async def test_quota_rules(tenancy: Tenancy) -> None:
     await t.call("set_quota", project_quota, as_=t.admin, tenant="acme", project="vision")
     quotas = await t.call("list_quotas", as_=t.admin, tenant="acme")
     assert [q["project"] for q in quotas["items"]] == [None, "vision"]
+    assert [q["fair_share_weight"] for q in quotas["items"]] == [3, 1]
+    for weight in (0, 1001):
+        raw = msgspec.Raw(msgspec.json.encode({"fair_share_weight": weight}))
+        status, _ = await problem(
+            rpc.call(t.nc, "tenancy", "set_quota", raw, principal=t.admin, scope={"tenant": "acme"})
+        )
+        assert status == 400
     # The tenant quota is the platform's to set; a tenant admin sets project quotas only.
     boss = await t.user_with_key("acme", "boss", "tenant-admin")
     status, _ = await problem(t.call("set_quota", quota, as_=boss, tenant="acme"))

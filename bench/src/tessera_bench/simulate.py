@@ -16,8 +16,9 @@ Method (one process, pure code, no servers):
   ``allocate`` when it found a place. Releases, decisions and allocations are all inside the
   timed loop; ``place_only_per_s`` is the rate of the ``place`` calls alone.
 - FGD measures fragmentation against the distribution the requests are drawn from (fixed).
-  ``fgd`` is exact (the argmin over every node); ``fgd-16`` caps the groups it scores exactly at
-  16 per decision (``Fgd(max_exact=16)``), trading placement quality for speed.
+  ``fgd`` is exact (the argmin over every node) with host capacity in its measure (``fgd.py``);
+  ``fgd-classes`` uses the paper's measure (``Fgd(host_capacity=False)``); ``fgd-16`` caps the
+  groups it scores exactly at 16 per decision (``Fgd(max_exact=16)``), trading quality for speed.
 """
 
 from __future__ import annotations
@@ -62,12 +63,14 @@ def cluster(nodes: int, gpus_per_node: int) -> list[Node]:
     ]
 
 
-BENCH_POLICIES = (*POLICY_NAMES, "fgd-16")
+BENCH_POLICIES = (*POLICY_NAMES, "fgd-classes", "fgd-16")
 
 
 def _policy(name: str, shapes: list[Request]) -> Policy:
     if name == "fgd":
         return Fgd(WorkloadDistribution.of(shapes))
+    if name == "fgd-classes":
+        return Fgd(WorkloadDistribution.of(shapes), host_capacity=False)
     if name == "fgd-16":
         return Fgd(WorkloadDistribution.of(shapes), max_exact=16)
     return policy_named(name)

@@ -23,6 +23,24 @@ def register(sub: Any) -> None:
     e.add_argument("--database-url", help="use this Postgres instead of a private embedded one")
     e.add_argument("--json", action="store_true", help="print one JSON object")
     e.set_defaults(handler=run_eventlog)
+    s = bsub.add_parser("scheduler", help="decisions per second of the scheduler core on a synthetic cluster")
+    s.add_argument("--nodes", type=positive_int, default=10_000, help="nodes (default 10000)")
+    s.add_argument("--gpus-per-node", type=positive_int, default=8, help="devices per node (default 8)")
+    s.add_argument(
+        "--pending", type=int, default=100_000, help="jobs submitted before the first cycle (default 100000)"
+    )
+    s.add_argument("--tenants", type=positive_int, default=50, help="tenants, in cohorts of up to ten (default 50)")
+    s.add_argument("--placement", default="fgd", help="placement policy: fgd, best-fit, first-fit (default fgd)")
+    s.add_argument("--max-cycles", type=positive_int, default=100, help="stop after this many cycles (default 100)")
+    s.add_argument("--seed", type=int, default=1, help="seed of the generator (default 1)")
+    s.add_argument("--json", action="store_true", help="print one JSON object")
+    s.set_defaults(handler=run_scheduler)
+    k = bsub.add_parser("kueue", help="Kueue's performance baseline scenario (30 ClusterQueues, 15000 workloads)")
+    k.add_argument("--mode", choices=("core",), default="core", help="core: in process, virtual time (default)")
+    k.add_argument("--placement", default="fgd", help="placement policy (default fgd)")
+    k.add_argument("--seed", type=int, default=1, help="seed of the generator (default 1)")
+    k.add_argument("--json", action="store_true", help="print one JSON object")
+    k.set_defaults(handler=run_kueue)
 
 
 def positive_int(text: str) -> int:
@@ -56,4 +74,40 @@ def run_eventlog(args: argparse.Namespace) -> int:
     else:
         for key, value in result.items():
             print(f"{key:<36} {value}")
+    return 0
+
+
+def _print(result: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(result))
+    else:
+        for key, value in result.items():
+            print(f"{key:<36} {value}")
+
+
+def run_scheduler(args: argparse.Namespace) -> int:
+    """Run the scheduler-core benchmark and print its figures."""
+    from tessera_bench import scheduler
+
+    if args.pending < 0:
+        raise ValueError(f"--pending must be >= 0, not {args.pending}")
+    result = scheduler.run_scheduler(
+        nodes=args.nodes,
+        gpus_per_node=args.gpus_per_node,
+        pending=args.pending,
+        tenants=args.tenants,
+        seed=args.seed,
+        placement=args.placement,
+        max_cycles=args.max_cycles,
+    )
+    _print(result, args.json)
+    return 0
+
+
+def run_kueue(args: argparse.Namespace) -> int:
+    """Run Kueue's baseline scenario through the scheduler core and print its figures."""
+    from tessera_bench import kueue
+
+    result = kueue.run_core(seed=args.seed, placement=args.placement)
+    _print(result, args.json)
     return 0

@@ -332,12 +332,18 @@ class Api:
         """``DELETE`` (with an Idempotency-Key)."""
         return self.request("DELETE", url)
 
-    def pages(self, url: str, *, limit: int | None = None, after: str | None = None) -> Iterator[dict[str, Any]]:
-        """Each page of a list, following ``next``; stops once ``limit`` items have been asked for."""
+    def pages(
+        self, url: str, *, limit: int | None = None, after: str | None = None, filters: dict[str, str] | None = None
+    ) -> Iterator[dict[str, Any]]:
+        """Each page of a list, following ``next``; stops once ``limit`` items have been asked for.
+
+        ``filters`` are query parameters sent with every page (httpx would drop a query string
+        written into ``url``).
+        """
         remaining = limit
         while True:
             size = PAGE_SIZE if remaining is None else min(remaining, 500)
-            params: dict[str, Any] = {"limit": size}
+            params: dict[str, Any] = {**(filters or {}), "limit": size}
             if after:
                 params["after"] = after
             page = self.get(url, params)
@@ -350,14 +356,17 @@ class Api:
             if not after or (remaining is not None and remaining <= 0):
                 return
 
-    def list_all(self, url: str, *, limit: int | None = None, after: str | None = None) -> dict[str, Any]:
+    def list_all(
+        self, url: str, *, limit: int | None = None, after: str | None = None, filters: dict[str, str] | None = None
+    ) -> dict[str, Any]:
         """Every item of a list (or the first ``limit``), as one ``{"items": [...], "next": cursor}``.
 
-        ``next`` is the cursor to continue from (``--after``), None when the list is complete.
+        ``next`` is the cursor to continue from (``--after``), None when the list is complete;
+        ``filters`` are query parameters sent with every page.
         """
         items: list[Any] = []
         cursor: str | None = None
-        for page in self.pages(url, limit=limit, after=after):
+        for page in self.pages(url, limit=limit, after=after, filters=filters):
             items.extend(page["items"])
             cursor = page.get("next")
         if limit is not None and len(items) > limit:

@@ -22,7 +22,9 @@ from tessera_cli import (
     contracts_cmd,
     dev_cmd,
     infra_cmd,
+    jobs_cmd,
     keys_cmd,
+    nodes_cmd,
     priority_cmd,
     projections_cmd,
     projects_cmd,
@@ -61,6 +63,8 @@ def build_parser() -> argparse.ArgumentParser:
         quotas_cmd,
         clusters_cmd,
         priority_cmd,
+        jobs_cmd,
+        nodes_cmd,
         infra_cmd,
         simulate_cmd,
     ):

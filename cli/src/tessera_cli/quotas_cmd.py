@@ -2,8 +2,9 @@
 
 ``--gpu MODEL=NOMINAL[:BORROW[:LEND]]`` gives one GPU model's nominal quota, borrowing limit and
 lending limit, in GPUs (``8``, ``0.5``) or in milli-GPU with an ``m`` suffix (``500m``); an empty
-part is "no limit" (``H100=8::2``). ``set`` changes only what it is given and keeps the rest of
-the current quota (``--replace`` sets exactly what is given).
+part is "no limit" (``H100=8::2``). ``--weight N`` is the tenant's weight in fair share between
+tenants (1-1000; a tenant's quota only). ``set`` changes only what it is given and keeps the rest
+of the current quota (``--replace`` sets exactly what is given).
 """
 
 from __future__ import annotations
@@ -32,12 +33,14 @@ COLUMNS: list[output.Column] = [
     ("GPUS", lambda q: output.gpu_quotas(q.get("gpus"))),
     ("BUDGET (GPU-H/MONTH)", "monthly_gpu_hour_budget"),
     ("MAX JOBS", "max_concurrent_jobs"),
+    ("WEIGHT", "fair_share_weight"),
     ("UPDATED", "updated_at"),
 ]
 GPU_SYNTAX = "MODEL=NOMINAL[:BORROW[:LEND]], e.g. H100-80GB=8:4:2 (GPUs, or milli-GPU as 500m)"
 _GPU_MODEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 _MAX_MILLI = 1_000_000_000
-_BODY_FIELDS = ("cohort", "gpus", "monthly_gpu_hour_budget", "max_concurrent_jobs")
+_MAX_WEIGHT = 1000
+_BODY_FIELDS = ("cohort", "gpus", "monthly_gpu_hour_budget", "max_concurrent_jobs", "fair_share_weight")
 
 
 def register(sub: Any) -> None:
@@ -66,6 +69,11 @@ def register(sub: Any) -> None:
     put.add_argument("--gpu", action="append", default=[], metavar="SPEC", help=f"repeatable: {GPU_SYNTAX}")
     put.add_argument("--budget", metavar="GPU_HOURS", help="monthly GPU-hour budget")
     put.add_argument("--max-jobs", metavar="N", help="maximum concurrent jobs")
+    put.add_argument(
+        "--weight",
+        metavar="N",
+        help=f"the tenant's weight in fair share between tenants, 1-{_MAX_WEIGHT} (tenant quota only; default 1)",
+    )
     put.add_argument("--replace", action="store_true", help="replace the whole quota with what is given")
     add_read_options(put)
     put.set_defaults(handler=handles_errors(run_set))
@@ -141,6 +149,12 @@ def quota_changes(args: argparse.Namespace) -> dict[str, Any]:
         if not args.max_jobs.isdigit() or int(args.max_jobs) < 1:
             raise UsageError(f"--max-jobs {args.max_jobs!r}: expected a whole number, 1 or more")
         changes["max_concurrent_jobs"] = int(args.max_jobs)
+    if args.weight is not None:
+        if args.project:
+            raise UsageError("--weight is the tenant's weight in fair share; give it without --project")
+        if not (args.weight.isascii() and args.weight.isdigit()) or not 1 <= int(args.weight) <= _MAX_WEIGHT:
+            raise UsageError(f"--weight {args.weight!r}: expected a whole number from 1 to {_MAX_WEIGHT}")
+        changes["fair_share_weight"] = int(args.weight)
     return changes
 
 
@@ -180,7 +194,7 @@ def run_set(args: argparse.Namespace) -> int:
     """``PUT`` the quota: the current one with the given changes (or only them, with ``--replace``)."""
     changes = quota_changes(args)
     if not changes and not args.replace:
-        raise UsageError("nothing to set: give --cohort, --gpu, --budget or --max-jobs")
+        raise UsageError("nothing to set: give --cohort, --gpu, --budget, --max-jobs or --weight")
     with Api.from_config() as api:
         current: dict[str, Any] = {}
         if not args.replace:

@@ -73,6 +73,8 @@ class Service:
 
 SERVICES: list[Service] = [
     Service("tenancy", "tessera_tenancy"),
+    Service("scheduler", "tessera_scheduler"),
+    Service("scheduler_standby", "tessera_scheduler", ("--instance", "scheduler_standby")),
     Service("gateway", "tessera_gateway", ("--host", "{host}", "--port", "{port}"), http_health="/healthz"),
 ]
 """Every service ``tessera up`` starts, in start order (stopped in reverse)."""

@@ -30,6 +30,7 @@ MAX_BUDGET = Decimal(1_000_000_000)
 BUDGET_DECIMALS = 3  # GPU-hours to the thousandth (3.6 GPU-seconds): Postgres numeric stores it exactly
 BUDGET_QUANTUM = Decimal(1).scaleb(-BUDGET_DECIMALS)
 MaxJobs = Annotated[int, msgspec.Meta(ge=1, le=1_000_000)]
+FairShareWeight = Annotated[int, msgspec.Meta(ge=1, le=1000, description="weight in fair share between tenants")]
 PriorityValue = Annotated[int, msgspec.Meta(ge=-1_000_000_000, le=1_000_000_000)]
 Description = Annotated[str, msgspec.Meta(max_length=1000, pattern=rf"^[^{BANNED_CHARACTERS}]*$")]
 
@@ -91,6 +92,7 @@ class SetQuota(Body, frozen=True, kw_only=True):
     gpus: Annotated[list[GpuQuotaBody], msgspec.Meta(max_length=64)] = []
     monthly_gpu_hour_budget: Budget | None = None
     max_concurrent_jobs: MaxJobs | None = None
+    fair_share_weight: FairShareWeight = 1
 
     def __post_init__(self) -> None:
         """Reject NaN, infinite, negative and huge budgets (msgspec has no bounds for Decimal)."""
@@ -209,6 +211,7 @@ class QuotaView(msgspec.Struct, frozen=True, kw_only=True):
     gpus: list[GpuQuotaView]
     monthly_gpu_hour_budget: Decimal | None
     max_concurrent_jobs: int | None
+    fair_share_weight: int = 1
     updated_at: datetime
 
 

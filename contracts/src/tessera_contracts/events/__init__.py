@@ -4,6 +4,6 @@ One module per domain (``tenancy``, ``scheduler``, ``node``, ``billing``), added
 that builds the domain.
 """
 
-from tessera_contracts.events import tenancy
+from tessera_contracts.events import scheduler, tenancy
 
-__all__ = ["tenancy"]
+__all__ = ["scheduler", "tenancy"]

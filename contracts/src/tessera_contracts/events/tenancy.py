@@ -148,6 +148,8 @@ class QuotaSet(Event, frozen=True, kw_only=True):
     gpus: tuple[GpuQuota, ...] = ()
     monthly_gpu_hour_budget: Decimal | None = None
     max_concurrent_jobs: int | None = None
+    fair_share_weight: int = 1
+    """The tenant's weight in fair share (dominant share is divided by it); ignored on project quotas."""
 
 
 @event_type("tessera.tenancy.cluster.registered.v1")

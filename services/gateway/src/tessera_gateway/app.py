@@ -18,7 +18,7 @@ from nats.aio.client import Client as NATS
 from tessera_gateway.auth import BearerAuth
 from tessera_gateway.context import STATE_KEY, Gateway
 from tessera_gateway.forward import provide_read, provide_write
-from tessera_gateway.handlers import health, tenancy
+from tessera_gateway.handlers import health, scheduler, tenancy
 from tessera_gateway.idempotency import IdempotencyStore
 from tessera_gateway.observability import RequestLog
 from tessera_gateway.openapi import SECURITY, config, forbid_unknown_fields
@@ -51,7 +51,7 @@ async def create_app(nc: NATS, settings: GatewaySettings) -> Litestar:
             "read": Provide(provide_read, sync_to_thread=False),
             "write": Provide(provide_write, sync_to_thread=False),
         },
-        route_handlers=[tenancy.router()],
+        route_handlers=[tenancy.router(), scheduler.router()],
     )
     app = Litestar(
         route_handlers=[health.healthz, v1],

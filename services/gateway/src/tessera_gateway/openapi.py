@@ -63,7 +63,10 @@ def config() -> OpenAPIConfig:
                 )
             }
         ),
-        tags=[Tag(name="tenancy", description="Tenants, projects, users, roles, API keys, quotas, clusters.")],
+        tags=[
+            Tag(name="tenancy", description="Tenants, projects, users, roles, API keys, quotas, clusters."),
+            Tag(name="scheduler", description="Jobs (submit, list, cancel, explain) and nodes."),
+        ],
         use_handler_docstrings=True,
     )
 

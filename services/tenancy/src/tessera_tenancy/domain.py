@@ -244,4 +244,5 @@ def quota_event(tenant: str, project: str | None, body: api.SetQuota) -> ev.Quot
             None if body.monthly_gpu_hour_budget is None else body.monthly_gpu_hour_budget.quantize(api.BUDGET_QUANTUM)
         ),
         max_concurrent_jobs=body.max_concurrent_jobs,
+        fair_share_weight=body.fair_share_weight,
     )

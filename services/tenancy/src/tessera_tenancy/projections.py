@@ -100,6 +100,7 @@ CREATE TABLE quotas (
     gpus jsonb NOT NULL,
     monthly_gpu_hour_budget numeric,
     max_concurrent_jobs integer,
+    fair_share_weight integer NOT NULL DEFAULT 1,
     updated_at timestamptz NOT NULL,
     PRIMARY KEY (tenant_id, project)
 );
@@ -193,14 +194,17 @@ async def _apply_one(conn: asyncpg.Connection, e: StoredEvent) -> None:
             )
         case ev.QuotaSet():
             await conn.execute(
-                "INSERT INTO quotas VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (tenant_id, project) DO UPDATE"
-                " SET cohort = $3, gpus = $4, monthly_gpu_hour_budget = $5, max_concurrent_jobs = $6, updated_at = $7",
+                "INSERT INTO quotas (tenant_id, project, cohort, gpus, monthly_gpu_hour_budget, max_concurrent_jobs,"
+                " fair_share_weight, updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)"
+                " ON CONFLICT (tenant_id, project) DO UPDATE SET cohort = $3, gpus = $4, monthly_gpu_hour_budget = $5,"
+                " max_concurrent_jobs = $6, fair_share_weight = $7, updated_at = $8",
                 data.tenant,
                 data.project or "",
                 data.cohort,
                 _json.encode(data.gpus).decode(),
                 data.monthly_gpu_hour_budget,
                 data.max_concurrent_jobs,
+                data.fair_share_weight,
                 at,
             )
         case ev.ClusterRegistered():
@@ -237,7 +241,7 @@ class TenancyProjection:
     """
 
     name = "tenancy"
-    version = 2
+    version = 3  # 3: quotas.fair_share_weight
     subjects: tuple[str, ...] = ("ev.tenancy.>",)
     ddl = DDL
 

@@ -148,6 +148,7 @@ def quota_view(r: asyncpg.Record) -> api.QuotaView:
         gpus=msgspec.json.decode(r["gpus"], type=list[api.GpuQuotaView]),
         monthly_gpu_hour_budget=Decimal(budget) if budget is not None else None,
         max_concurrent_jobs=r["max_concurrent_jobs"],
+        fair_share_weight=r["fair_share_weight"],
         updated_at=r["updated_at"],
     )
 

@@ -5,14 +5,16 @@
 - **Groups**: within a pool, healthy nodes with the same signature (``signature.py``; signatures
   are interned as small ids). Nodes of a group are interchangeable for every decision; a group
   hands out its lowest-numbered member.
-- **Score heaps**: per policy and pool — and per request shape when the policy's score depends
-  on the request (FGD) — the non-empty groups ordered by a *lower bound* of the policy's score.
-  Each set of heaps is partitioned by capability (empty devices, largest free milli on a device)
-  and free host CPU (half-octave buckets), so a request skips every partition that cannot hold
-  it without looking at its groups. Groups that appear are appended to the pool's activation
-  log and read into each heap the next time that heap is used (a rarely requested shape costs
-  nothing meanwhile). Best-fit and first-fit need one set per pool whatever the request
-  (``shared``): a change to a node costs them one heap push.
+- **Score heaps**: per policy and pool — and per *heap shape* when the policy's bound depends
+  on the request (FGD: GPU shape and host floor, ``Search.heap_shape``) — the non-empty groups
+  ordered by a *lower bound* of the policy's score. Shared heaps (best-fit, first-fit) are
+  partitioned by capability (empty devices, largest free milli on a device) and free host CPU
+  (half-octave buckets), the others by CPU only, so a request skips every partition that cannot
+  hold it without looking at its groups; the partitions a request may use are cached per need,
+  and a search visits them in order of their best entry. Groups that appear are appended to the
+  pool's activation log and read into each heap the next time that heap is used (a rarely
+  requested shape costs nothing meanwhile). Best-fit and first-fit need one set per pool
+  whatever the request (``shared``): a change to a node costs them one heap push.
 - :func:`best_group` pops groups in bound order, scores them exactly, and stops as soon as no
   remaining bound can beat the best exact score: the first fitting group when the bound is
   exact (best-fit, first-fit), a best-first branch-and-bound when the exact score also depends
@@ -31,10 +33,11 @@ for groups whose devices differ only in model, which fall back to first-seen ord
 from __future__ import annotations
 
 import heapq
-from bisect import bisect_left, insort
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Protocol
 
-from tessera_scheduler.placement.model import Labels, Node, Request
+from tessera_scheduler.placement.model import GPU_MILLI, Labels, Node, Request
 from tessera_scheduler.placement.signature import GroupKey, Score, SigTable
 
 PoolKey = tuple[str, str, Labels, frozenset[str]]
@@ -43,17 +46,36 @@ Entry = tuple[Any, ...]
 """``(*score, sort key, group key)``: heap entries and candidates compare as plain tuples."""
 
 
+BoundFn = Callable[[GroupKey], "Score | None"]
+"""A scorer's bound for one request: a group key to a lower bound of its exact score, or ``None``."""
+ExactFn = Callable[[GroupKey], "tuple[Score, Any] | None"]
+"""A scorer's exact score for one request: a group key to ``(score, choice)``, or ``None``."""
+
+
+@dataclass(frozen=True, slots=True)
+class Search:
+    """One request's search, as a policy prepares it for :func:`best_group`.
+
+    ``heap_shape`` names the set of heaps (per pool) the search reads; every request with the
+    same ``heap_shape`` must get the same ``bound`` for every group (the heaps cache it). ``bound``
+    must never exceed ``exact``'s score; ``exact`` returns ``None`` where the request does not fit
+    the group (host resources are checked by the index before it is called).
+    """
+
+    heap_shape: int
+    bound: BoundFn
+    exact: ExactFn
+
+
 class GroupScorer(Protocol):
     """What :func:`best_group` needs from a policy.
 
-    ``bound`` must never exceed ``exact``'s score; when ``pure`` it may depend only on the group
-    key and the request's shape (``shape`` is its id in the index's ``SigTable``), not on host
-    resources. ``exact`` returns ``None`` where the request does not fit the group (host
-    resources are checked by the index before). ``version`` changes when the scoring function
-    does (cached bounds are then dropped). ``max_exact`` caps the groups scored exactly per
-    decision once a candidate is found (``None``: no cap, the result is the exact argmin).
-    ``shared``: the bound does not depend on the request at all, so one set of heaps per pool
-    serves every request shape.
+    When ``pure`` the bound depends only on the group key and the heap shape, so a cached entry
+    only goes stale by its group emptying; otherwise (first-fit) entries are re-checked when
+    popped. ``version`` changes when the scoring function does (cached bounds are then
+    dropped). ``max_exact`` caps the groups scored exactly per decision once a candidate is
+    found (``None``: no cap, the result is the exact argmin). ``shared``: the bound does not
+    depend on the request at all, so one set of heaps per pool serves every request.
     """
 
     @property
@@ -68,7 +90,7 @@ class GroupScorer(Protocol):
 
     @property
     def pure(self) -> bool:
-        """Whether ``bound`` is a function of the key and the shape only."""
+        """Whether ``bound`` is a function of the key and the heap shape only."""
         ...
 
     @property
@@ -81,12 +103,8 @@ class GroupScorer(Protocol):
         """Whether ``bound`` ignores the request entirely."""
         ...
 
-    def bound(self, key: GroupKey, request: Request, shape: int) -> Score | None:
-        """A lower bound of :meth:`exact`'s score, or ``None`` if the request can never fit the group."""
-        ...
-
-    def exact(self, key: GroupKey, request: Request, shape: int) -> tuple[Score, Any] | None:
-        """The score and choice of the best placement on the group, or ``None`` if it does not fit."""
+    def prepare(self, request: Request, shape: int) -> Search:
+        """The search for ``request`` (``shape``: its id in the index's ``SigTable``)."""
         ...
 
 
@@ -128,21 +146,24 @@ def cpu_bucket(milli: int) -> int:
 
 
 class ShapeHeaps:
-    """One policy's bounds over one pool (for one request shape, unless the bounds are shared).
+    """One policy's bounds over one pool (for one heap shape, unless the bounds are shared).
 
     Entries are partitioned by the group's capability — its number of empty devices and its
-    largest free milli on one device, in hundreds — and, within that, by its free host CPU
-    (:func:`cpu_bucket`), so that a search skips whole partitions that cannot hold the request
-    without looking at their groups.
+    largest free milli on one device — and its free host CPU (:func:`cpu_bucket`), so that a
+    search skips whole partitions that cannot hold the request without looking at their groups.
+    The partitions a request may use are cached per need (empty devices, milli, CPU bucket) until
+    a partition appears or disappears.
     """
 
-    __slots__ = ("cpus", "cursor", "keys", "parts", "size")
+    __slots__ = ("_eligible", "cursor", "keys", "partitioned", "parts", "size")
 
-    def __init__(self, cursor: int) -> None:
+    def __init__(self, cursor: int, partitioned: bool = True) -> None:
         self.cursor = cursor
-        self.parts: dict[tuple[int, int], dict[int, list[Entry]]] = {}
-        self.cpus: dict[tuple[int, int], list[int]] = {}
-        """Per capability, its CPU buckets in increasing order."""
+        self.partitioned = partitioned
+        """False: partitions by CPU only (the bounds themselves exclude the groups whose devices cannot fit)."""
+        self.parts: dict[tuple[int, int, int], list[Entry]] = {}
+        """``(empty devices, largest free milli on a device, CPU bucket)`` to a heap of entries."""
+        self._eligible: dict[tuple[int, int, int], list[list[Entry]]] = {}
         self.keys: set[GroupKey] = set()
         self.size = 0
 
@@ -150,53 +171,52 @@ class ShapeHeaps:
         """Add an entry to its group's partition."""
         key: GroupKey = entry[-1]
         gpu = key[1]
-        capability = (sigs.empty[gpu], sigs.top[gpu] // 100)
-        by_cpu = self.parts.get(capability)
-        if by_cpu is None:
-            by_cpu = self.parts[capability] = {}
-            self.cpus[capability] = []
         bucket = cpu_bucket(key[3])
-        heap = by_cpu.get(bucket)
+        part = (sigs.empty[gpu], sigs.top[gpu], bucket) if self.partitioned else (GPU_MILLI, GPU_MILLI, bucket)
+        heap = self.parts.get(part)
         if heap is None:
-            by_cpu[bucket] = [entry]
-            insort(self.cpus[capability], bucket)
+            heap = self.parts[part] = [entry]
+            empty, top, bucket = part
+            for (need_empty, milli, low), heaps in self._eligible.items():
+                if empty >= need_empty and top >= milli and bucket >= low:
+                    heaps.append(heap)
         else:
             heapq.heappush(heap, entry)
         self.size += 1
 
-    def candidates(self, request: Request) -> list[list[Entry]]:
-        """The non-empty partitions that may hold ``request``, best top entry first (emptied ones are dropped)."""
+    def candidates(self, request: Request) -> list[tuple[Entry, int, list[Entry]]]:
+        """The non-empty partitions that may hold ``request``, as a heap of ``(top entry, n, heap)``.
+
+        Popping it gives the partitions in order of their best entry (emptied ones are dropped).
+        """
         need_empty = request.gpus if request.whole else 0
         milli = request.milli if request.gpus and request.mig_profile is None else 0
         low = cpu_bucket(request.cpu_milli)
-        found: list[tuple[Entry, list[Entry]]] = []
-        for capability, by_cpu in self.parts.items():
-            empty, top = capability
-            if empty < need_empty or (top + 1) * 100 <= milli:
-                continue
-            buckets = self.cpus[capability]
-            emptied = False
-            for k in range(bisect_left(buckets, low), len(buckets)):
-                heap = by_cpu[buckets[k]]
-                if heap:
-                    found.append((heap[0], heap))
-                else:
-                    emptied = True
-            if emptied:
-                for bucket in [b for b in buckets if not by_cpu[b]]:
-                    del by_cpu[bucket]
-                    buckets.remove(bucket)
-        found.sort()
-        return [heap for _top, heap in found]
+        need = (need_empty, milli, low)
+        heaps = self._eligible.get(need)
+        if heaps is None:
+            heaps = [
+                heap
+                for (empty, top, bucket), heap in self.parts.items()
+                if empty >= need_empty and top >= milli and bucket >= low
+            ]
+            self._eligible[need] = heaps
+        found = [(heap[0], n, heap) for n, heap in enumerate(heaps) if heap]
+        if 2 * len(found) < len(heaps) and len(heaps) > 8:
+            for part in [part for part, heap in self.parts.items() if not heap]:
+                del self.parts[part]
+            self._eligible.clear()
+        heapq.heapify(found)
+        return found
 
     def entries(self) -> list[Entry]:
         """Every entry (for compaction)."""
-        return [entry for by_cpu in self.parts.values() for heap in by_cpu.values() for entry in heap]
+        return [entry for heap in self.parts.values() for entry in heap]
 
     def clear(self) -> None:
         """Drop every entry."""
         self.parts = {}
-        self.cpus = {}
+        self._eligible = {}
         self.keys = set()
         self.size = 0
 
@@ -292,14 +312,14 @@ class NodeIndex:
 
     # -- score heaps -----------------------------------------------------------------------------
 
-    def heaps(self, scorer: GroupScorer, pool: int, request: Request, shape: int) -> ShapeHeaps:
-        """The up-to-date heaps of ``scorer`` for the request shape ``shape`` over ``pool``.
+    def heaps(self, scorer: GroupScorer, pool: int, request: Request, search: Search) -> ShapeHeaps:
+        """The up-to-date heaps of ``scorer`` for ``search.heap_shape`` over ``pool``.
 
         A ``shared`` scorer has one set of heaps per pool; its entries are filtered by the
         request's needs when searched, not when read from the log.
         """
-        if scorer.shared:
-            shape = -1
+        shared = scorer.shared
+        shape = -1 if shared else search.heap_shape
         known = self._heaps.get(scorer.name)
         version = scorer.version
         if known is None or known[0] != version:
@@ -312,12 +332,12 @@ class NodeIndex:
         live = self.pool_groups[pool]
         sigs = self.sigs
         sort_key = sigs.sort_key
-        bound = scorer.bound
+        bound = search.bound
         pure = scorer.pure
         if heaps is None or heaps.cursor < base:
-            heaps = ShapeHeaps(end)
+            heaps = ShapeHeaps(end, shared)
             for key in live:
-                score = bound(key, request, shape)
+                score = bound(key)
                 if score is not None:
                     heaps.push((*score, sort_key(key), key), sigs)
                     heaps.keys.add(key)
@@ -328,7 +348,6 @@ class NodeIndex:
             # Necessary conditions first: enough empty devices, or a device with enough free milli.
             empty = sigs.empty
             top = sigs.top
-            shared = shape == -1
             need_empty = request.gpus if request.whole and not shared else 0
             need_top = request.milli if request.gpus and request.mig_profile is None and not shared else 0
             for key in log[heaps.cursor - base :]:
@@ -336,7 +355,7 @@ class NodeIndex:
                 if empty[gpu] < need_empty or top[gpu] < need_top:
                     continue
                 if key in live and (not pure or key not in keys):
-                    score = bound(key, request, shape)
+                    score = bound(key)
                     if score is not None:
                         heaps.push((*score, sort_key(key), key), sigs)
                         keys.add(key)
@@ -344,7 +363,12 @@ class NodeIndex:
             if heaps.size > 2 * len(live) + 64:
                 entries = [entry for entry in heaps.entries() if entry[-1] in live]
                 if not pure:
-                    entries = [entry for entry in entries if entry[:-2] == bound(entry[-1], request, shape)]
+                    # One entry per group, at its current bound (a stale entry may be its only one).
+                    entries = [
+                        (*score, sort_key(key), key)
+                        for key in {entry[-1]: None for entry in entries}
+                        if (score := bound(key)) is not None
+                    ]
                 heaps.clear()
                 for entry in sorted(set(entries)):
                     heaps.push(entry, sigs)
@@ -355,9 +379,10 @@ class NodeIndex:
 def best_group(index: NodeIndex, request: Request, scorer: GroupScorer) -> tuple[GroupKey, Any] | None:
     """The group with the least exact score for ``request``, and the scorer's choice on it.
 
-    Groups are taken in order of their bound; the search stops when the next bound cannot beat
-    the best exact score (or after ``scorer.max_exact`` exact scores, once one fits). Ties are
-    broken by the groups' states, so the result is a pure function of the cluster state.
+    Partitions are taken in order of their best bound, and groups within each in order of their
+    bound; the search stops when the next bound cannot beat the best exact score (or after
+    ``scorer.max_exact`` exact scores, once one fits). Ties are broken by the groups' states, so
+    the result is a pure function of the cluster state.
     """
     best: Entry | None = None
     best_choice: Any = None
@@ -365,42 +390,49 @@ def best_group(index: NodeIndex, request: Request, scorer: GroupScorer) -> tuple
     mem = request.host_memory_mib
     groups = index.groups
     sort_key = index.sigs.sort_key
-    shape = index.sigs.shape_id(request)
+    search = scorer.prepare(request, index.sigs.shape_id(request))
     pure = scorer.pure
-    bound = scorer.bound
-    exact = scorer.exact
+    bound = search.bound
+    exact = search.exact
     budget = scorer.max_exact
     scored = 0
+    heappop = heapq.heappop
+    heappush = heapq.heappush
     for pool in index.eligible_pools(request):
-        heaps = index.heaps(scorer, pool, request, shape)
+        heaps = index.heaps(scorer, pool, request, search)
+        keys = heaps.keys
         seen: set[GroupKey] = set()
-        for heap in heaps.candidates(request):
+        order = heaps.candidates(request)
+        while order:
+            head, _n, heap = heappop(order)
+            if best is not None and (head >= best or (budget is not None and scored >= budget)):
+                break
             popped: list[Entry] = []
             while heap:
                 top = heap[0]
                 if best is not None and (top >= best or (budget is not None and scored >= budget)):
                     break
-                heapq.heappop(heap)
+                heappop(heap)
                 key: GroupKey = top[-1]
                 if key not in groups:
-                    heaps.keys.discard(key)
+                    keys.discard(key)
                     heaps.size -= 1
                     continue
                 if not pure:
-                    current = bound(key, request, shape)
+                    current = bound(key)
                     if current != top[:-2]:
                         # Stale. A lower score was re-logged when a node joined below the group's
                         # minimum (that entry exists already); a higher one, when the minimum left.
                         heaps.size -= 1
                         if current is not None and current > top[:-2]:
-                            heapq.heappush(heap, (*current, sort_key(key), key))
+                            heappush(heap, (*current, sort_key(key), key))
                             heaps.size += 1
                         continue
                 popped.append(top)
                 if key[3] < cpu or key[4] < mem or key in seen:
                     continue
                 seen.add(key)
-                result = exact(key, request, shape)
+                result = exact(key)
                 scored += 1
                 if result is None:
                     continue
@@ -409,7 +441,7 @@ def best_group(index: NodeIndex, request: Request, scorer: GroupScorer) -> tuple
                     best = candidate
                     best_choice = result[1]
             for entry in popped:
-                heapq.heappush(heap, entry)
+                heappush(heap, entry)
     if best is None:
         return None
     return best[-1], best_choice

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from tessera_scheduler.placement.index import best_group
+from tessera_scheduler.placement.index import Search, best_group
 from tessera_scheduler.placement.model import Assignment, PlacementError, Request
 from tessera_scheduler.placement.signature import Choice, GroupKey, Score
 from tessera_scheduler.placement.state import ClusterState
@@ -45,10 +45,11 @@ class Policy(Protocol):
 class ScoredPolicy:
     """A policy that scores node groups through the index (``index.best_group``).
 
-    Subclasses give ``bound`` — a lower bound of the exact score that ignores host resources and,
-    when ``pure``, depends only on the group key and the request's shape — and ``exact``: the
-    score and choice of the best placement on a group. A policy object may serve several cluster
-    states: every memo it keeps lives in the state's ``SigTable``.
+    Subclasses give :meth:`prepare`: for one request, a :class:`~tessera_scheduler.placement.index.Search`
+    with a ``bound`` — a lower bound of the exact score that ignores (some of) the host resources
+    and, when ``pure``, depends only on the group key and the search's heap shape — and an
+    ``exact`` score and choice of the best placement on a group. A policy object may serve several
+    cluster states: every memo it keeps lives in the state's ``SigTable``.
     """
 
     name = "scored"
@@ -72,12 +73,8 @@ class ScoredPolicy:
     def observe(self, request: Request) -> None:
         """Scored policies learn nothing unless they say otherwise."""
 
-    def bound(self, state: ClusterState, key: GroupKey, request: Request, shape: int) -> Score | None:
-        """A lower bound of :meth:`exact`'s score that ignores host resources."""
-        raise NotImplementedError
-
-    def exact(self, state: ClusterState, key: GroupKey, request: Request, shape: int) -> tuple[Score, Any] | None:
-        """The score and choice of the best placement of ``request`` on group ``key``."""
+    def prepare(self, state: ClusterState, request: Request, shape: int) -> Search:
+        """The bound and exact score of ``request`` over the groups of ``state`` (``shape``: its GPU shape id)."""
         raise NotImplementedError
 
 
@@ -95,11 +92,8 @@ class _Bound:
         self.shared = policy.shared
         self.max_exact = policy.max_exact
 
-    def bound(self, key: GroupKey, request: Request, shape: int) -> Score | None:
-        return self.policy.bound(self.state, key, request, shape)
-
-    def exact(self, key: GroupKey, request: Request, shape: int) -> tuple[Score, Any] | None:
-        return self.policy.exact(self.state, key, request, shape)
+    def prepare(self, request: Request, shape: int) -> Search:
+        return self.policy.prepare(self.state, request, shape)
 
 
 class FirstFit(ScoredPolicy):
@@ -113,15 +107,20 @@ class FirstFit(ScoredPolicy):
     pure = False
     shared = True
 
-    def bound(self, state: ClusterState, key: GroupKey, request: Request, shape: int) -> Score | None:
-        """The group's lowest node index."""
-        return (state.index.groups[key].first(),)
+    def prepare(self, state: ClusterState, request: Request, shape: int) -> Search:
+        """Bound: the group's lowest node index; exact: the same if the request fits the group (devices later)."""
+        groups = state.index.groups
+        placements = state.index.sigs.placements
 
-    def exact(self, state: ClusterState, key: GroupKey, request: Request, shape: int) -> tuple[Score, Any] | None:
-        """The lowest node index if the request fits the group; devices are chosen in node order later."""
-        if not state.index.sigs.placements(key, request, shape):
-            return None
-        return (state.index.groups[key].first(),), None
+        def bound(key: GroupKey) -> Score | None:
+            return (groups[key].first(),)
+
+        def exact(key: GroupKey) -> tuple[Score, Any] | None:
+            if not placements(key, request, shape):
+                return None
+            return (groups[key].first(),), None
+
+        return Search(-1, bound, exact)
 
 
 class BestFit(ScoredPolicy):
@@ -136,21 +135,35 @@ class BestFit(ScoredPolicy):
     name = "best-fit"
     shared = True
 
-    def bound(self, state: ClusterState, key: GroupKey, request: Request, shape: int) -> Score | None:
-        """Free milli-GPU of the group's nodes (MIG instances included)."""
+    def prepare(self, state: ClusterState, request: Request, shape: int) -> Search:
+        """Bound: free milli-GPU of the group's nodes (MIG instances included); exact: the same if it fits."""
         sigs = state.index.sigs
-        return (sigs.free[key[1]] + sigs.mig_free[key[2]],)
+        free = sigs.free
+        mig_free = sigs.mig_free
+        placements = sigs.placements
+        memo: dict[tuple[int, int, int], Choice | None] = sigs.memo("best-fit")
 
-    def exact(self, state: ClusterState, key: GroupKey, request: Request, shape: int) -> tuple[Score, Choice] | None:
-        """The bound, if the request fits, with the tightest device choice."""
-        sigs = state.index.sigs
-        best: tuple[Score, Choice] | None = None
-        for score, choice, _after in sigs.placements(key, request, shape):
-            if best is None or score[1] < best[0][0]:
-                best = ((score[1],), choice)
-        if best is None:
-            return None
-        return (sigs.free[key[1]] + sigs.mig_free[key[2]],), best[1]
+        def bound(key: GroupKey) -> Score | None:
+            return (free[key[1]] + mig_free[key[2]],)
+
+        def exact(key: GroupKey) -> tuple[Score, Any] | None:
+            memo_key = (key[1], key[2], shape)
+            choice = memo.get(memo_key, _MISSING)
+            if choice is _MISSING:
+                best: tuple[int, Choice] | None = None
+                for score, option, _after in placements(key, request, shape):
+                    if best is None or score[1] < best[0]:
+                        best = (score[1], option)
+                choice = None if best is None else best[1]
+                memo[memo_key] = choice
+            if choice is None:
+                return None
+            return (free[key[1]] + mig_free[key[2]],), choice
+
+        return Search(-1, bound, exact)
+
+
+_MISSING: Any = object()
 
 
 POLICY_NAMES = ("first-fit", "best-fit", "fgd")

@@ -89,7 +89,8 @@ class IdentityOps(UserOps, Base):
         Resumable: the first step records which principal the platform admin is; if a crash
         interrupted an earlier bootstrap before its key was issued, this one completes it.
 
-        Raises 409 when the platform admin already has a key.
+        Raises 409 when the platform admin already has a key, 503 when the read model is too far
+        behind the log to tell.
         """
         history, _ = await self.load(domain.BOOTSTRAP_REF)
         if not history:
@@ -104,6 +105,10 @@ class IdentityOps(UserOps, Base):
         if not await self.exists(ref):
             binding = RoleBinding(role="platform-admin", tenant=PLATFORM_TENANT)
             await self.create_principal(call, PLATFORM_TENANT, admin, body.name, "user", binding)
+        # The key check reads the projection: it must have seen every key of _system logged so far,
+        # or a bootstrap right after another would miss the first one's key and issue a second.
+        last_key = await self.log.last_sequence(domain.key_ref(PLATFORM_TENANT, "x").subject.rsplit(".", 1)[0] + ".>")
+        self.visible_or_unavailable(await self.projector.wait_until(last_key, self.visibility_timeout_s))
         async with reads.platform_wide(self.pool) as conn:
             has_key = await conn.fetchval("SELECT EXISTS (SELECT 1 FROM api_keys WHERE principal_id = $1)", admin)
         if has_key:

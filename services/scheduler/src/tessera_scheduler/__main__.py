@@ -1,0 +1,5 @@
+"""``python -m tessera_scheduler``."""
+
+from tessera_scheduler.app import main
+
+main()

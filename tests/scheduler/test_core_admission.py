@@ -39,6 +39,15 @@ def test_quota_exceeded_then_admitted_when_usage_drops() -> None:
     assert placed_ids(w.cycle(advance=1)) == [c]
 
 
+def test_a_model_of_unknown_device_memory_still_takes_jobs_that_allow_any_model() -> None:
+    w = World()
+    w.nodes([node_event("g2", 2, model="G2", memory_mib=0)])
+    w.quota("t", {"G2": (2, None, None)})
+    whole = w.submit("t")
+    half = w.submit("t", milli=500)
+    assert placed_ids(w.cycle()) == [whole, half]
+
+
 def test_project_cap_and_max_jobs() -> None:
     w = World()
     w.nodes([node_event("n1", 8)])

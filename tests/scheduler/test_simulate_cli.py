@@ -1,4 +1,4 @@
-"""``tessera simulate``: JSON shape, the side-by-side table and one-line errors."""
+"""``tessera simulate``: JSON shape (replay through the core), the side-by-side table and one-line errors."""
 
 from __future__ import annotations
 
@@ -25,9 +25,12 @@ def test_compare_json_has_every_policy_and_figure(capsys: pytest.CaptureFixture[
     assert list(result) == ["policies"]
     assert list(result["policies"]) == ["fifo", "best-fit", "default"]
     for figures in result["policies"].values():
-        for key in ("unallocated_gpu_fraction", "gpu_allocation_ratio_mean", "jobs_completed"):
+        for key in ("unallocated_gpu_fraction", "gpu_allocation_ratio_mean", "jobs_completed", "preemptions"):
             assert isinstance(figures[key], int | float)
-        assert set(figures["queue_delay_s"]) >= {"p50", "p99", "by_qos"}
+        assert figures["engine"] == "SchedulerCore" and figures["quotas"] == "unbounded"
+        assert set(figures["queue_delay_s"]) >= {"p50", "p99", "by_qos", "by_tenant"}
+        by_qos, by_tenant = figures["queue_delay_s"]["by_qos"], figures["queue_delay_s"]["by_tenant"]
+        assert by_tenant == {f"qos-{qos}": value for qos, value in by_qos.items()}
         assert set(figures["fill"]["curve"]) == {"0.5", "0.7", "0.9", "1"}
 
 
@@ -46,9 +49,10 @@ def test_one_policy_by_name_with_explicit_files(capsys: pytest.CaptureFixture[st
     )
     assert code == 0
     assert list(json.loads(out)["policies"]) == ["best-fit"]
-    code, out, _err = run(capsys, "--compare", "fifo", "default", "--limit", "200")
+    code, out, _err = run(capsys, "--compare", "fifo", "default", "--limit", "200", "--quota", "--compress", "1e6")
     assert code == 0
     assert "unallocated GPU fraction (fill)" in out and "fifo" in out and "default" in out
+    assert "preemptions" in out and "cohort" in out
 
 
 def test_errors_are_one_line(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
@@ -63,6 +67,8 @@ def test_errors_are_one_line(capsys: pytest.CaptureFixture[str], tmp_path: Path)
         (["--trace", str(tmp_path / "missing.csv")], "tessera: error: "),
         (["--trace", str(bad)], "tessera: error: pods.csv line 2: num_gpu 'one' is not an integer"),
         (["--limit", "0"], "tessera: error: --limit must be at least 1"),
+        (["--compress", "0"], "tessera: error: --compress must be > 0"),
+        (["--nodes", str(bad)], "tessera: error: pods.csv: missing column(s) sn, gpu, model"),
     ]
     for args, message in cases:
         code, out, err = run(capsys, *args)

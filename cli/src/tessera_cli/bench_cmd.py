@@ -36,8 +36,20 @@ def register(sub: Any) -> None:
     s.add_argument("--json", action="store_true", help="print one JSON object")
     s.set_defaults(handler=run_scheduler)
     k = bsub.add_parser("kueue", help="Kueue's performance baseline scenario (30 ClusterQueues, 15000 workloads)")
-    k.add_argument("--mode", choices=("core",), default="core", help="core: in process, virtual time (default)")
-    k.add_argument("--placement", default="fgd", help="placement policy (default fgd)")
+    k.add_argument(
+        "--mode",
+        choices=("core", "live"),
+        default="core",
+        help="core: the decision core alone, virtual time (default); live: the scheduler service on NATS and"
+        " Postgres, real time",
+    )
+    k.add_argument("--placement", default="fgd", help="placement policy, core mode (default fgd)")
+    k.add_argument(
+        "--time-scale", type=float, default=1.0, help="live mode: multiply submit and run times by this (default 1)"
+    )
+    k.add_argument("--fraction", type=float, default=1.0, help="share of each workload class to run (default 1)")
+    k.add_argument("--nats-url", help="live mode: use this NATS instead of a private embedded one")
+    k.add_argument("--database-url", help="live mode: use this Postgres instead of a private embedded one")
     k.add_argument("--seed", type=int, default=1, help="seed of the generator (default 1)")
     k.add_argument("--json", action="store_true", help="print one JSON object")
     k.set_defaults(handler=run_kueue)
@@ -105,9 +117,24 @@ def run_scheduler(args: argparse.Namespace) -> int:
 
 
 def run_kueue(args: argparse.Namespace) -> int:
-    """Run Kueue's baseline scenario through the scheduler core and print its figures."""
-    from tessera_bench import kueue
+    """Run Kueue's baseline scenario through the scheduler core or the live service and print its figures."""
+    if not 0 < args.fraction <= 1:
+        raise ValueError(f"--fraction must be in (0, 1], not {args.fraction}")
+    if args.mode == "live":
+        from tessera_bench import kueue_live
 
-    result = kueue.run_core(seed=args.seed, placement=args.placement)
+        if bool(args.nats_url) != bool(args.database_url):
+            raise ValueError("give both --nats-url and --database-url, or neither")
+        result = kueue_live.run_live(
+            time_scale=args.time_scale,
+            fraction=args.fraction,
+            seed=args.seed,
+            nats_url=args.nats_url,
+            database_url=args.database_url,
+        )
+    else:
+        from tessera_bench import kueue
+
+        result = kueue.run_core(seed=args.seed, placement=args.placement, fraction=args.fraction)
     _print(result, args.json)
     return 0

@@ -1,9 +1,12 @@
 """``tessera simulate``: replay a GPU-cluster trace through the scheduler core, offline.
 
 Reads the Alibaba GPU v2023 format (default: the copy in ``data/traces/``) and prints, per
-policy, the fill run's unallocated GPU fraction and the replay's allocation ratio, queueing
-delays and job counts (see ``tessera_scheduler.simulator``). ``--compare`` runs several policies
-on the same trace side by side. Pure computation: no servers are needed.
+policy, the fill run's unallocated GPU fraction (placement layer alone, as the FGD paper
+measures it) and the replay's allocation ratio, queueing delays by QoS class and by tenant, job
+counts and preemptions (the replay goes through ``SchedulerCore``, the scheduler service's
+decision core; see ``tessera_scheduler.simulator``). ``--compare`` runs several policies on the
+same trace side by side; ``--quota`` makes the QoS tenants' quotas bind (shares of one cohort).
+Pure computation: no servers are needed.
 """
 
 from __future__ import annotations
@@ -55,6 +58,11 @@ def register(sub: Any) -> None:
         default=1.0,
         help="divide the replay's arrival times by this factor (run times unchanged; default 1)",
     )
+    p.add_argument(
+        "--quota",
+        action="store_true",
+        help="give each QoS tenant a demand-proportional quota share in one cohort (borrowing, reclaim)",
+    )
     p.add_argument("--limit", type=int, help="use only the first N pods of the trace")
     p.add_argument("--include-cpu-only", action="store_true", help="also replay pods that ask for no GPU")
     p.add_argument("--samples", type=int, default=100, help="points of the allocation-ratio series (default 100)")
@@ -82,7 +90,7 @@ def run_simulate(args: argparse.Namespace) -> int:
     nodes = load_nodes(args.nodes or folder / NODE_FILE, include_cpu_only=args.include_cpu_only)
     if args.limit is not None:
         pods = pods[: args.limit]
-    result = compare(pods, nodes, names, samples=args.samples, compress=args.compress)
+    result = compare(pods, nodes, names, samples=args.samples, compress=args.compress, quotas=args.quota)
     if args.json:
         print(json.dumps(result))
     else:
@@ -108,6 +116,7 @@ def render(policies: dict[str, dict[str, Any]]) -> str:
 
     row("queue", lambda f: f["queue"])
     row("placement", lambda f: f["placement"])
+    row("quotas", lambda f: f["quotas"])
     row("unallocated GPU fraction (fill)", lambda f: f["unallocated_gpu_fraction"])
     for mark in next(iter(policies.values()))["fill"]["curve"]:
         row(f"  at {float(mark):.0%} of capacity arrived", lambda f, m=mark: f["fill"]["curve"][m])
@@ -117,11 +126,14 @@ def render(policies: dict[str, dict[str, Any]]) -> str:
     qos_classes = {q for f in policies.values() for q in f["queue_delay_s"]["by_qos"]}
     for qos in ("LS", "Guaranteed", "Burstable", "BE"):
         if qos in qos_classes:
-            row(f"  {qos} p50 / p99 (s)", lambda f, q=qos: _pair(f["queue_delay_s"]["by_qos"].get(q)))
+            row(
+                f"  {qos} (tenant qos-{qos}) p50 / p99 (s)", lambda f, q=qos: _pair(f["queue_delay_s"]["by_qos"].get(q))
+            )
     row("jobs submitted", lambda f: f["jobs_submitted"])
     row("jobs completed", lambda f: f["jobs_completed"])
     row("jobs still queued", lambda f: f["jobs_still_queued"])
     row("jobs rejected (fit nowhere)", lambda f: f["jobs_rejected"])
+    row("preemptions", lambda f: f["preemptions"])
     row("wall time fill + replay (s)", lambda f: f"{f['wall_s']['fill']} + {f['wall_s']['replay']}")
     return format_table(["", *names], rows)
 

@@ -12,6 +12,7 @@ answer within the timeout is ``timeout`` (504).
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -75,15 +76,27 @@ class Call:
 Handler = Callable[[Call, Any], Awaitable[msgspec.Struct | None]]
 
 
-class RpcServer:
-    """The operations of one service on ``rpc.<service>.<operation>``."""
+MAX_IN_FLIGHT = 64
+"""Requests one server handles at once; more wait in the subscription's queue (back-pressure)."""
 
-    def __init__(self, nc: NATS, service: str) -> None:
+
+class RpcServer:
+    """The operations of one service on ``rpc.<service>.<operation>``.
+
+    Requests are handled concurrently, up to ``max_in_flight`` at a time per server: nats-py runs
+    a subscription's callback for one message at a time, so a handler awaited inline would make
+    every request wait for all those before it (measured: 64 callers of a 12 ms handler each
+    waited ~0.9 s). Each request is a task; :meth:`stop` waits for the ones in progress.
+    """
+
+    def __init__(self, nc: NATS, service: str, *, max_in_flight: int = MAX_IN_FLIGHT) -> None:
         self.nc = nc
         self.service = service
         self._ops: dict[str, tuple[type[msgspec.Struct] | None, Handler]] = {}
         self._decoders: dict[str, msgspec.json.Decoder[Any]] = {}
         self._subs: list[Subscription] = []
+        self._slots = asyncio.Semaphore(max_in_flight)
+        self._in_flight: set[asyncio.Task[None]] = set()
         self._log = logs.get("rpc").bind(rpc_service=service)
 
     def operation(self, name: str, body: type[B] | None = None) -> Callable[[Handler], Handler]:
@@ -111,18 +124,29 @@ class RpcServer:
         for sub in self._subs:
             await sub.drain()  # type: ignore[no-untyped-call]
         self._subs.clear()
+        if self._in_flight:
+            await asyncio.gather(*self._in_flight, return_exceptions=True)
 
     def _handler_for(self, name: str) -> Callable[[Msg], Awaitable[None]]:
         body_type, handler = self._ops[name]
 
+        async def serve(msg: Msg) -> None:
+            try:
+                with (
+                    tracing.continued_from(msg.headers),
+                    _tracer.start_as_current_span(f"rpc {self.service}.{name}", kind=SpanKind.SERVER),
+                ):
+                    reply = await self._dispatch(name, body_type, handler, msg)
+                if msg.reply:
+                    await self.nc.publish(msg.reply, _encoder.encode(reply))
+            finally:
+                self._slots.release()
+
         async def on_request(msg: Msg) -> None:
-            with (
-                tracing.continued_from(msg.headers),
-                _tracer.start_as_current_span(f"rpc {self.service}.{name}", kind=SpanKind.SERVER),
-            ):
-                reply = await self._dispatch(name, body_type, handler, msg)
-            if msg.reply:
-                await self.nc.publish(msg.reply, _encoder.encode(reply))
+            await self._slots.acquire()
+            task = asyncio.create_task(serve(msg), name=f"rpc {self.service}.{name}")
+            self._in_flight.add(task)
+            task.add_done_callback(self._in_flight.discard)
 
         return on_request
 

@@ -396,8 +396,9 @@ class SchedulerCore:
         self._nodes[node.name] = node
         self._node_free[node.name] = GPU_MILLI * len(node.devices)
         for device in node.devices:
-            if device.memory_mib > self._model_memory.get(device.model, 0):
-                self._model_memory[device.model] = device.memory_mib
+            known = self._model_memory.get(device.model)
+            if known is None or device.memory_mib > known:
+                self._model_memory[device.model] = device.memory_mib  # 0 (unknown memory) still lists the model
         self._contribute(node, +1)
         self._nodes_changed()
 

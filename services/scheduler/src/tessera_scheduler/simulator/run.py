@@ -1,40 +1,42 @@
 """``tessera simulate``'s entry point: a trace, a cluster and a named policy in; figures out.
 
-Simulator policies (a queue discipline with a placement policy):
+Simulator policies (a queue discipline with the core's placement policy, ``CoreConfig.placement``):
 
-===========  ===============================  =====================
-name         queue                            placement
-===========  ===============================  =====================
-``fifo``     strict (head-of-line blocking)   ``first-fit``
-``best-fit`` backfill                         ``best-fit``
-``default``  backfill                         ``fgd`` (Tessera's)
-===========  ===============================  =====================
+===========  =================================================  =====================
+name         queue                                              placement
+===========  =================================================  =====================
+``fifo``     strict (head-of-line blocking, emulated by the     ``first-fit``
+             simulator in front of the core; ``engine.py``)
+``best-fit`` the core's (ordering, backfill, preemption)        ``best-fit``
+``default``  the core's (ordering, backfill, preemption)        ``fgd`` (Tessera's)
+===========  =================================================  =====================
 
 Each run is two simulations with a fresh policy each: the **fill run** (``fill.py``: arrivals
-only, until demand equals capacity; gives ``unallocated_gpu_fraction``) and the **replay**
-(``engine.py``: the trace's arrivals and run times; gives allocation ratio, queueing delays and
-job counts).
+only, until demand equals capacity, placement layer alone as the FGD paper measures it; gives
+``unallocated_gpu_fraction``) and the **replay** (``engine.py``: the trace's arrivals and run
+times through ``SchedulerCore``; gives allocation ratio, queueing delays, job counts and
+preemptions). The core runs with ``CoreConfig``'s defaults apart from the placement policy.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
+from tessera_scheduler.domain.core import CoreConfig
 from tessera_scheduler.placement.model import Node
-from tessera_scheduler.placement.policies import Policy, policy_named
+from tessera_scheduler.placement.policies import policy_named
 from tessera_scheduler.simulator.engine import replay
 from tessera_scheduler.simulator.fill import fill_run
 from tessera_scheduler.simulator.jobs import jobs_from_trace
-from tessera_scheduler.simulator.queue import Admission
 from tessera_scheduler.simulator.trace import TracePod
 
 
 @dataclass(frozen=True, slots=True)
 class SimulatorPolicy:
-    """A simulator policy: queue discipline and placement policy."""
+    """A simulator policy: queue discipline (``strict``: head-of-line blocking) and the core's placement policy."""
 
     name: str
     strict: bool
@@ -65,16 +67,16 @@ def simulate(
     nodes: Sequence[Node],
     policy: str,
     *,
-    admission: Admission | None = None,
-    placement: Policy | None = None,
     samples: int = 100,
     compress: float = 1.0,
+    quotas: bool = False,
+    config: CoreConfig | None = None,
 ) -> dict[str, Any]:
     """Fill run and replay of ``pods`` on ``nodes`` under simulator policy ``policy``; a JSON-ready dict.
 
-    ``compress`` divides the replay's arrival times (``jobs.jobs_from_trace``). ``placement``
-    overrides the policy's placement and is then used by both runs (a fresh one per run is
-    made otherwise).
+    ``compress`` divides the replay's arrival times (``jobs.jobs_from_trace``); ``quotas`` makes
+    the tenants' quotas bind (``engine.py``). ``config`` overrides the core's tunables (its
+    ``placement`` is replaced by the policy's). Times in the result are seconds.
     """
     chosen = simulator_policy(policy)
     if not pods:
@@ -82,21 +84,24 @@ def simulate(
     if not nodes:
         raise ValueError("the cluster has no nodes")
     started = time.perf_counter()
-    fill = fill_run(nodes, [pod.request for pod in pods], placement or policy_named(chosen.placement))
+    fill = fill_run(nodes, [pod.request for pod in pods], policy_named(chosen.placement))
     fill_s = time.perf_counter() - started
     started = time.perf_counter()
+    core_config = replace(config or CoreConfig(), placement=chosen.placement)
     replayed = replay(
         nodes,
         jobs_from_trace(pods, compress),
-        placement or policy_named(chosen.placement),
+        core_config,
         strict=chosen.strict,
-        admission=admission,
+        quotas=quotas,
         samples=samples,
     )
     replay_s = time.perf_counter() - started
     return {
         "queue": "strict" if chosen.strict else "backfill",
         "placement": chosen.placement,
+        "engine": "SchedulerCore",
+        "quotas": "cohort" if quotas else "unbounded",
         "compress": compress,
         "unallocated_gpu_fraction": fill.unallocated_gpu_fraction,
         "fill": fill.as_dict(),
@@ -112,8 +117,13 @@ def compare(
     *,
     samples: int = 100,
     compress: float = 1.0,
+    quotas: bool = False,
 ) -> dict[str, Any]:
     """:func:`simulate` for each policy: ``{"policies": {name: figures}}``."""
     for name in policies:
         simulator_policy(name)
-    return {"policies": {name: simulate(pods, nodes, name, samples=samples, compress=compress) for name in policies}}
+    return {
+        "policies": {
+            name: simulate(pods, nodes, name, samples=samples, compress=compress, quotas=quotas) for name in policies
+        }
+    }

@@ -553,3 +553,39 @@ def test_a_write_still_in_progress_is_retried_with_the_same_key(
     gateway.seen.clear()
     assert cli("tenants", "create", "dup", env=logged_in).returncode == 5
     assert len(gateway.seen) == 1, "a plain conflict (no Retry-After) is not retried"
+
+
+def test_a_problem_field_errors_reach_the_one_line() -> None:
+    import httpx
+
+    from tessera_cli.client import ApiError
+
+    problem = {
+        "title": "Bad Request",
+        "detail": "Validation failed for POST /v1/tenants/acme/projects/vision/jobs",
+        "code": "invalid-request",
+        "errors": [{"key": "worker.gpus", "message": "Expected `int` <= 64", "source": "body"}],
+    }
+    error = ApiError.from_response(httpx.Response(400, json=problem))
+    assert str(error).endswith("jobs: worker.gpus: Expected `int` <= 64 (invalid-request)")
+    assert error.exit_code == 1
+    many = {**problem, "errors": [{"key": f"k{i}", "message": "bad"} for i in range(5)]}
+    assert "k2: bad; and 2 more" in str(ApiError.from_response(httpx.Response(400, json=many)))
+
+
+def test_a_closed_pipe_ends_quietly(monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]) -> None:
+    from tessera_cli import contracts_cmd, main
+
+    def write_to_a_closed_pipe(args: object) -> int:
+        raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setattr(contracts_cmd, "run_dump", write_to_a_closed_pipe)
+    assert main.main(["contracts", "dump"]) == 0
+    assert capfd.readouterr().err == ""
+
+
+def test_a_bad_local_argument_is_a_usage_error(capfd: pytest.CaptureFixture[str]) -> None:
+    from tessera_cli import main
+
+    assert main.main(["bench", "kueue", "--fraction", "2"]) == 2
+    assert capfd.readouterr().err.strip() == "tessera: error: --fraction must be in (0, 1], not 2.0"

@@ -40,4 +40,14 @@ def test_explain_unschedulable_names_the_shape() -> None:
     j = w.submit("t", gpus=16)
     w.cycle()
     text = w.core.explain(j, w.now)
-    assert "Unschedulable" in text and "16 x whole" in text
+    assert "Unschedulable" in text and "16 whole GPUs (any model)" in text
+    assert text.count("even if it were empty") == 1  # the verdict is not repeated as a live finding
+
+
+def test_explain_says_plainly_when_no_node_is_registered() -> None:
+    w = World()
+    w.quota("t", {"A100": (8, None, None)})
+    j = w.submit("t", gpus=2, milli=1000)
+    w.cycle()
+    text = w.core.explain(j, w.now)
+    assert "Unschedulable" in text and "no node is registered" in text and "even if it were empty" not in text

@@ -113,7 +113,24 @@ class ApiError(CliFailure):
             problem.get("detail") or problem.get("title") or f"HTTP {response.status_code} {response.reason_phrase}"
         )
         code = str(problem.get("code") or response.status_code)
+        reasons = _field_errors(problem.get("errors"))
+        if reasons:
+            detail = f"{detail}: {reasons}"
         return cls(response.status_code, " ".join(detail.split()), code)
+
+
+def _field_errors(errors: Any, most: int = 3) -> str:
+    """A problem's ``errors`` list (``[{"key", "message", ...}]``) as ``key: message; ...`` (first ``most``)."""
+    if not isinstance(errors, list):
+        return ""
+    parts = []
+    for error in errors[:most]:
+        if isinstance(error, dict) and error.get("message"):
+            key = error.get("key")
+            parts.append(f"{key}: {error['message']}" if key else str(error["message"]))
+    if len(errors) > most:
+        parts.append(f"and {len(errors) - most} more")
+    return "; ".join(parts)
 
 
 def handles_errors(handler: Callable[[argparse.Namespace], Any]) -> Callable[[argparse.Namespace], int]:

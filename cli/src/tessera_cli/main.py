@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 from collections.abc import Sequence
 
@@ -86,6 +87,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("tessera: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # The reader went away (``tessera ... | head``): nothing more to say, and nothing to flush.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except client.CliFailure as exc:
         print(f"tessera: error: {exc}", file=sys.stderr)
         return exc.exit_code
@@ -94,7 +99,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         print(f"tessera: error: {message}", file=sys.stderr)
-        return 1
+        # A ValueError out of a local command (bench, simulate, ...) is a bad argument: usage.
+        return 2 if isinstance(exc, ValueError) and not isinstance(exc, UnicodeError) else 1
 
 
 if __name__ == "__main__":

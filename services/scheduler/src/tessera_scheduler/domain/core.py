@@ -470,7 +470,7 @@ class SchedulerCore:
         if not job.gpu:
             requests = job.requests(None, 0)
             if not self._fits_empty(requests):
-                return Plan((), words.unschedulable(job, words.worker_text(requests)))
+                return Plan((), words.unschedulable(job, words.worker_text(requests), nodes=self._usable_nodes()))
             return Plan((Option(None, requests, 0),), None)
         models = job.allowed_models or tuple(sorted(self._model_memory))
         feasible: dict[str, tuple[Request, ...]] = {}
@@ -480,7 +480,7 @@ class SchedulerCore:
                 feasible[model] = requests
         if not feasible:
             sample = job.requests(None, 0)
-            return Plan((), words.unschedulable(job, words.worker_text(sample)))
+            return Plan((), words.unschedulable(job, words.worker_text(sample), nodes=self._usable_nodes()))
         options = tuple(
             Option(m, feasible[m], job.quota_milli(feasible[m]))
             for m in self.quota.models_of(job.tenant)
@@ -489,6 +489,10 @@ class SchedulerCore:
         if not options:
             return Plan((), words.no_quota(job, list(feasible)))
         return Plan(options, None)
+
+    def _usable_nodes(self) -> int:
+        """How many registered nodes are not lost (only asked on the rare unschedulable path)."""
+        return sum(1 for name in self._nodes if not self.node_lost(name))
 
     def _fits_empty(self, requests: tuple[Request, ...]) -> bool:
         """Whether the usable nodes, empty, could hold the whole gang (cached until nodes change)."""
@@ -539,7 +543,8 @@ class SchedulerCore:
         lines: list[str] = []
         plan = self._plan(job)
         if plan.verdict is not None:
-            lines.append(f"now: {plan.verdict[0]}: {plan.verdict[1]}")
+            if plan.verdict != job.last_queued:
+                lines.append(f"now: {plan.verdict[0]}: {plan.verdict[1]}")
         else:
             lines.extend(self._live_findings(job, plan, now))
         ahead = sum(1 for other in self._pending.jobs() if other.tenant == job.tenant and other.order < job.order)

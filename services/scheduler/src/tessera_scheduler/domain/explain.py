@@ -28,17 +28,17 @@ def worker_text(requests: Sequence[Request]) -> str:
     r = requests[0]
     n = len(requests)
     who = "1 worker" if n == 1 else f"{n} workers"
-    models = "/".join(sorted(r.allowed_models)) or "any-model"
+    models = "/".join(sorted(r.allowed_models)) or "any model"
     if r.gpus == 0:
         gpu = "no GPU"
     elif r.mig_profile is not None:
-        gpu = f"one {r.mig_profile} MIG slice of a {models} GPU"
+        gpu = f"one {r.mig_profile} MIG slice ({models})"
     elif r.milli < GPU_MILLI:
         mem = f" with {r.memory_mib} MiB" if r.memory_mib is not None else ""
-        gpu = f"{gpus(r.milli)} of a {models} GPU{mem}"
+        gpu = f"{gpus(r.milli)} of a GPU{mem} ({models})"
     else:
         mem = f" of at least {r.memory_mib} MiB" if r.memory_mib is not None else ""
-        gpu = f"{r.gpus} x whole {models} GPU{mem}"
+        gpu = f"{r.gpus} whole GPU{'s' if r.gpus > 1 else ''}{mem} ({models})"
     host = f", {r.cpu_milli / 1000:.1f} CPU, {r.host_memory_mib} MiB host memory"
     where = []
     if r.selector.cluster is not None:
@@ -51,8 +51,17 @@ def worker_text(requests: Sequence[Request]) -> str:
     return f"{who} of {gpu}{host}{place}"
 
 
-def unschedulable(job: JobRecord, detail: str) -> Verdict:
-    """The job can never run: no usable node could hold it even empty, or its spec is invalid."""
+def unschedulable(job: JobRecord, detail: str, *, nodes: int = 1) -> Verdict:
+    """The job can never run as things are: no usable node could hold it even empty, or its spec is invalid.
+
+    ``nodes`` is how many usable nodes the platform has; with none, the text says so plainly.
+    """
+    if nodes == 0:
+        return (
+            "Unschedulable",
+            f"no node is registered (or every node is lost), so nothing can run yet; the job ({detail}) runs once "
+            f"node agents register nodes that can hold it",
+        )
     return (
         "Unschedulable",
         f"no node in the platform could hold this job even if it were empty ({detail}); it runs only if a node "

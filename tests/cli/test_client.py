@@ -589,3 +589,13 @@ def test_a_bad_local_argument_is_a_usage_error(capfd: pytest.CaptureFixture[str]
 
     assert main.main(["bench", "kueue", "--fraction", "2"]) == 2
     assert capfd.readouterr().err.strip() == "tessera: error: --fraction must be in (0, 1], not 2.0"
+
+
+def test_argument_errors_are_one_line_with_exit_2(capfd: pytest.CaptureFixture[str]) -> None:
+    from tessera_cli import main
+
+    with pytest.raises(SystemExit) as exited:
+        main.main(["jobs", "submit", "-t", "acme", "-p", "vision", "--priority-class", "high", "--gpus", "1.5"])
+    assert exited.value.code == 2
+    err = capfd.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("tessera: error: argument --gpus: invalid int value: '1.5'")

@@ -146,3 +146,19 @@ def test_envelopes_of_other_specs_or_with_naive_times_are_refused() -> None:
     for field, value in [("specversion", "0.3"), ("time", "2026-01-01T00:00:00"), ("datacontenttype", "text/xml")]:
         with pytest.raises(codec.DecodeError):
             codec.decode_envelope(json.dumps({**doc, field: value}).encode())
+
+
+def test_a_worker_must_ask_for_something_and_name_each_model_once() -> None:
+    import msgspec
+    import pytest
+
+    from tessera_contracts.api.scheduler import WorkerBody
+
+    assert msgspec.convert({"gpus": 0, "cpu_milli": 500}, WorkerBody).cpu_milli == 500
+    for bad, words in (
+        ({"gpus": 0}, "must ask for something"),
+        ({"gpu_models": ["H100", "H100"]}, "twice"),
+        ({"gpus": 2, "milli": 500}, "gpus == 1"),
+    ):
+        with pytest.raises(msgspec.ValidationError, match=words):
+            msgspec.convert(bad, WorkerBody)

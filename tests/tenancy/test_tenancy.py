@@ -149,6 +149,13 @@ async def test_quota_rules(tenancy: Tenancy) -> None:
         )
     )  # fmt: skip
     assert status == 422 and "exceeds the tenant" in detail
+    status, detail = await problem(
+        t.call(
+            "set_quota", api.SetQuota(cohort="x", gpus=[gpu(gpu_model="H100", nominal_milli=1000)]), as_=t.admin,
+            tenant="acme", project="vision",
+        )
+    )  # fmt: skip
+    assert status == 422 and "cohort belongs to the tenant" in detail
     project_quota = api.SetQuota(gpus=[gpu(gpu_model="H100", nominal_milli=4000)], max_concurrent_jobs=5)
     await t.call("set_quota", project_quota, as_=t.admin, tenant="acme", project="vision")
     quotas = await t.call("list_quotas", as_=t.admin, tenant="acme")

@@ -6,6 +6,8 @@ import argparse
 import json
 from typing import Any
 
+from tessera_cli.client import UsageError
+
 
 def register(sub: Any) -> None:
     """Add the ``bench`` command."""
@@ -119,12 +121,16 @@ def run_scheduler(args: argparse.Namespace) -> int:
 def run_kueue(args: argparse.Namespace) -> int:
     """Run Kueue's baseline scenario through the scheduler core or the live service and print its figures."""
     if not 0 < args.fraction <= 1:
-        raise ValueError(f"--fraction must be in (0, 1], not {args.fraction}")
+        raise UsageError(f"--fraction must be in (0, 1], not {args.fraction}")
+    if args.mode == "core" and args.time_scale != 1.0:
+        raise UsageError("--time-scale applies to --mode live only")
     if args.mode == "live":
         from tessera_bench import kueue_live
 
         if bool(args.nats_url) != bool(args.database_url):
-            raise ValueError("give both --nats-url and --database-url, or neither")
+            raise UsageError("give both --nats-url and --database-url, or neither")
+        if not args.time_scale > 0:
+            raise UsageError(f"--time-scale must be > 0, not {args.time_scale}")
         result = kueue_live.run_live(
             time_scale=args.time_scale,
             fraction=args.fraction,

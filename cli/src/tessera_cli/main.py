@@ -13,6 +13,7 @@ import asyncio
 import os
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from tessera_cli import (
     account_cmd,
@@ -39,9 +40,21 @@ from tessera_cli import (
 from tessera_runtime import logs
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """An argument parser whose errors are one plain line (and exit status 2, argparse's usage code).
+
+    argparse prints the whole usage block before its error; a script that reads stderr then gets
+    several lines for one mistake. Sub-command parsers inherit the class.
+    """
+
+    def error(self, message: str) -> NoReturn:
+        """Print ``tessera: error: <message> (see <prog> --help)`` and exit 2."""
+        self.exit(2, f"tessera: error: {message} (see: {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser with every sub-command."""
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="tessera",
         description="Tessera, a control plane for shared GPU clusters.",
         epilog=client.EXIT_CODES_EPILOG,
@@ -99,8 +112,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         print(f"tessera: error: {message}", file=sys.stderr)
-        # A ValueError out of a local command (bench, simulate, ...) is a bad argument: usage.
-        return 2 if isinstance(exc, ValueError) and not isinstance(exc, UnicodeError) else 1
+        return 1
 
 
 if __name__ == "__main__":

@@ -54,6 +54,10 @@ class WorkerBody(Body, frozen=True, kw_only=True):
             raise ValueError("a MIG profile is one slice: gpus 1, no milli, no gpu_memory_mib")
         if self.gpus == 0 and (self.milli is not None or self.gpu_memory_mib is not None or self.gpu_models):
             raise ValueError("a CPU-only worker (gpus 0) takes no GPU fields")
+        if self.gpus == 0 and self.cpu_milli == 0 and self.memory_mib == 0:
+            raise ValueError("a worker must ask for something: GPUs, or CPU (cpu_milli) or memory (memory_mib)")
+        if len(set(self.gpu_models)) != len(self.gpu_models):
+            raise ValueError("gpu_models lists a model twice")
 
 
 class SelectorBody(Body, frozen=True, kw_only=True):

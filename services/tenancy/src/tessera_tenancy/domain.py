@@ -184,7 +184,8 @@ def check_quota(body: api.SetQuota, tenant_quota: ev.QuotaSet | None, project: s
     - a GPU model appears at most once;
     - ``lending_limit_milli`` ≤ ``nominal_milli`` (one cannot lend what one does not have);
     - a project carves from its tenant, it is not a second source of GPUs: the tenant must have
-      a quota, and a project's nominal quota of a model ≤ the tenant's nominal of that model.
+      a quota, and a project's nominal quota of a model ≤ the tenant's nominal of that model;
+    - a cohort is the tenant's (its ClusterQueue's), never a project's.
 
     Raises:
         Invalid: a rule is broken; the message names the model.
@@ -198,6 +199,8 @@ def check_quota(body: api.SetQuota, tenant_quota: ev.QuotaSet | None, project: s
             raise Invalid(f"{g.gpu_model}: lending limit {g.lending_limit_milli} exceeds nominal {g.nominal_milli}")
     if project is None:
         return
+    if body.cohort is not None:
+        raise Invalid("a cohort belongs to the tenant's quota, not to a project's: set it without -p/--project")
     if tenant_quota is None:
         raise Invalid("set the tenant's quota before its projects' quotas")
     ceiling = {g.gpu_model: g.nominal_milli for g in tenant_quota.gpus}

@@ -126,12 +126,21 @@ def no_fit(requests: Sequence[Request], *, partial: bool) -> Verdict:
 
 
 def reserved(owner: JobRecord, *, quota: bool) -> Verdict:
-    """Held back so that an older, starving job gets the capacity (or the quota) first."""
-    what = "the quota it needs" if quota else "the nodes it would fit on"
+    """Held back so that an older, starving job gets the capacity (or the quota) first.
+
+    A quota hold is within one tenant and names the job it waits for; nodes may be held for
+    another tenant's job, which is not named (another tenant's object is not to be seen).
+    """
+    if quota:
+        return (
+            "Reserved",
+            f"the quota it needs is held for job {owner.job_id} of the same tenant, which has waited longer than "
+            f"the starvation limit; this job runs after that one is placed, or when more quota frees up",
+        )
     return (
         "Reserved",
-        f"{what} is held for job {owner.job_id}, which has waited longer than the starvation limit; this job "
-        f"runs after that one is placed, or on other capacity when some frees up",
+        "the nodes it would fit on are held for an older job that has waited longer than the starvation limit; "
+        "this job runs after that one is placed, or on other capacity when some frees up",
     )
 
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import asyncpg
 
 from tessera_contracts.api import tenancy as api
+from tessera_runtime.tenant_rows import APP_ROLE
 from tessera_tenancy import reads
-from tessera_tenancy.projections import APP_ROLE, PLATFORM_WIDE
+from tessera_tenancy.projections import PLATFORM_WIDE
 from tests.support.tenancy import Tenancy
 
 

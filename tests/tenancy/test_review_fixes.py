@@ -18,8 +18,8 @@ from tessera_contracts.rbac import Principal, RoleBinding
 from tessera_runtime import rpc
 from tessera_runtime.projector import lock_key
 from tessera_runtime.rpc import RpcError
+from tessera_runtime.tenant_rows import APP_ROLE
 from tessera_tenancy import domain
-from tessera_tenancy.projections import APP_ROLE
 from tests.support.tenancy import Tenancy
 
 

@@ -28,7 +28,7 @@ from opentelemetry.trace import SpanKind
 
 from tessera_contracts import rpc
 from tessera_contracts.api.common import PageRequest
-from tessera_contracts.rbac import Principal
+from tessera_contracts.rbac import Decision, Permission, Principal, authorize
 from tessera_runtime import logs, tracing
 
 T = TypeVar("T")
@@ -241,3 +241,19 @@ async def call_as(
 ) -> T:
     """:func:`call`, decoding the reply body as ``result_type``."""
     return msgspec.json.decode(await call(nc, service, operation, body, **options), type=result_type)
+
+
+def allow(principal: Principal, permission: Permission, tenant: str | None = None, project: str | None = None) -> None:
+    """Raise unless :func:`~tessera_contracts.rbac.authorize` allows ``principal`` the ``permission``.
+
+    Another tenant's (or project's) object is a 404, never a 403 (ARCHITECTURE.md section 5).
+
+    Raises:
+        RpcError: not-found (the tenant or project is invisible to the caller) or forbidden.
+    """
+    decision = authorize(principal, permission, tenant, project)
+    if decision == Decision.NOT_FOUND:
+        what = f"project {tenant}/{project}" if project else f"tenant {tenant}"
+        raise RpcError(rpc.NOT_FOUND, f"{what} not found")
+    if decision == Decision.FORBIDDEN:
+        raise RpcError(rpc.FORBIDDEN, f"{permission.value} is not granted to you")

@@ -6,7 +6,8 @@ from typing import Any
 
 import httpx
 
-from tessera_scheduler.projections import APP_ROLE, PLATFORM_WIDE
+from tessera_runtime.tenant_rows import APP_ROLE
+from tessera_scheduler.projections import PLATFORM_WIDE
 from tests.gateway.gateway_support import assert_problem
 from tests.scheduler.service.conftest import World
 

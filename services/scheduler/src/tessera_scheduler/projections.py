@@ -20,7 +20,7 @@ it; a deposed leader's late decisions change nothing here. Decisions that no lon
 state (a placement for a job cancelled meanwhile) are ignored too, as the core ignores them.
 
 Row-level security follows the tenancy projection: RLS enabled and forced, a ``tenant_isolation``
-policy for :data:`APP_ROLE` and a ``runtime_all_tenants`` policy for the projector's role.
+policy for :data:`~tessera_runtime.tenant_rows.APP_ROLE` and a ``runtime_all_tenants`` policy for the projector's role.
 """
 
 from __future__ import annotations
@@ -36,9 +36,9 @@ from tessera_contracts.events import scheduler as ev
 from tessera_contracts.events import tenancy as tev
 from tessera_contracts.registry import Event, UnknownEventType
 from tessera_runtime.eventlog import StoredEvent
+from tessera_runtime.tenant_rows import isolation_ddl
 from tessera_scheduler import summaries
 
-APP_ROLE = "tessera_app"
 TENANT_OWNED = ("jobs", "job_history", "projects")
 PLATFORM_WIDE = ("nodes", "priority_classes", "election")
 TERMINAL = ("succeeded", "failed", "cancelled")
@@ -46,28 +46,9 @@ WAITING = ("pending", "preempted")
 HOLDING = ("admitted", "placed", "running")
 """States in which a job holds quota (and, once placed, devices)."""
 
-_POLICY = """
-ALTER TABLE {t} ENABLE ROW LEVEL SECURITY;
-ALTER TABLE {t} FORCE ROW LEVEL SECURITY;
-CREATE POLICY tenant_isolation ON {t} TO tessera_app
-    USING (tenant_id = current_setting('tessera.tenant', true));
-DO $$ BEGIN
-    EXECUTE format(
-        'CREATE POLICY runtime_all_tenants ON {t} TO %I'
-        ' USING (current_setting(''tessera.tenant'', true) = ''*'')'
-        ' WITH CHECK (current_setting(''tessera.tenant'', true) = ''*'')',
-        current_user
-    );
-END $$;
-"""
 
-DDL = (
+DDL = isolation_ddl(
     """
-DO $$ BEGIN
-    CREATE ROLE tessera_app NOLOGIN NOSUPERUSER NOBYPASSRLS NOINHERIT;
-EXCEPTION WHEN duplicate_object THEN NULL;
-END $$;
-
 CREATE TABLE jobs (
     tenant_id text NOT NULL,
     job_id text PRIMARY KEY,
@@ -138,16 +119,8 @@ CREATE TABLE election (
     holder text NOT NULL,
     elected_at timestamptz NOT NULL
 );
-"""
-    + "".join(_POLICY.format(t=t) for t in TENANT_OWNED)
-    + r"""
-DO $$ DECLARE t text; BEGIN
-    EXECUTE format('GRANT USAGE ON SCHEMA %I TO tessera_app', current_schema());
-    FOR t IN SELECT tablename FROM pg_tables WHERE schemaname = current_schema() AND tablename NOT LIKE '\_%' LOOP
-        EXECUTE format('GRANT SELECT ON %I.%I TO tessera_app', current_schema(), t);
-    END LOOP;
-END $$;
-"""
+""",
+    TENANT_OWNED,
 )
 
 _json = msgspec.json.Encoder()

@@ -1,7 +1,7 @@
 """Queries on the scheduler read model, scoped to one tenant per transaction.
 
 As in the tenancy service: :func:`scoped` opens a read-only transaction as
-:data:`~tessera_scheduler.projections.APP_ROLE` with ``tessera.tenant`` set for that transaction
+:data:`~tessera_runtime.tenant_rows.APP_ROLE` with ``tessera.tenant`` set for that transaction
 only, so row-level security hides every other tenant's jobs whatever the SQL says. The
 platform-wide tables (nodes, priority classes, election) are read in the reserved tenant's scope.
 
@@ -11,10 +11,8 @@ Lists are cursor-paginated, newest job first: the cursor is the stream sequence 
 
 from __future__ import annotations
 
-import base64
 import json
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 import asyncpg
@@ -22,51 +20,19 @@ import msgspec
 
 from tessera_contracts.api import scheduler as api
 from tessera_contracts.api.common import Page, PageRequest
-from tessera_scheduler.projections import APP_ROLE
+from tessera_runtime import tenant_rows
+from tessera_runtime.tenant_rows import decode_cursor, encode_cursor
 
 SCHEMA = "proj_scheduler"
 
 
-class BadCursor(ValueError):
-    """The ``after`` cursor was not made by this service."""
-
-
-@asynccontextmanager
-async def scoped(pool: asyncpg.Pool, tenant: str) -> AsyncIterator[asyncpg.Connection]:
+def scoped(pool: asyncpg.Pool, tenant: str) -> AbstractAsyncContextManager[asyncpg.Connection]:
     """A read-only transaction as the app role, seeing ``tenant``'s rows and the platform-wide tables.
 
     Raises:
         ValueError: ``tenant`` is the all-tenants scope ``*``.
     """
-    if tenant == "*":
-        raise ValueError("scoped() serves one tenant")
-    async with pool.acquire() as conn, conn.transaction(readonly=True):
-        await conn.execute(f"SET LOCAL ROLE {APP_ROLE}")
-        await conn.execute(f"SET LOCAL search_path TO {SCHEMA}")
-        await conn.execute("SELECT set_config('tessera.tenant', $1, true)", tenant)
-        yield conn
-
-
-def encode_cursor(seq: int) -> str:
-    """An opaque cursor for the job submitted at stream sequence ``seq``."""
-    return base64.urlsafe_b64encode(json.dumps([seq]).encode()).decode().rstrip("=")
-
-
-def decode_cursor(cursor: str | None) -> int | None:
-    """The sequence inside a cursor (None for no cursor).
-
-    Raises:
-        BadCursor: not a cursor of this service.
-    """
-    if cursor is None:
-        return None
-    try:
-        key = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
-    except (ValueError, UnicodeDecodeError):
-        raise BadCursor("invalid cursor") from None
-    if not isinstance(key, list) or len(key) != 1 or type(key[0]) is not int or not 0 < key[0] < 2**63:
-        raise BadCursor("invalid cursor")
-    return int(key[0])
+    return tenant_rows.scoped(pool, SCHEMA, tenant)
 
 
 async def job_page(
@@ -79,7 +45,8 @@ async def job_page(
     state: str | None,
 ) -> tuple[list[asyncpg.Record], str | None]:
     """One page of the tenant's jobs, newest first, narrowed by project(s), queue and state (None: any)."""
-    before = decode_cursor(page.after)
+    after = decode_cursor(page.after, (int,))
+    before = None if after is None else after[0]
     rows = await conn.fetch(
         "SELECT * FROM jobs WHERE tenant_id = $1 AND ($2::text[] IS NULL OR project = ANY($2))"
         " AND ($3::text IS NULL OR queue = $3) AND ($4::text IS NULL OR state = $4)"
@@ -93,34 +60,20 @@ async def job_page(
     )
     more = len(rows) > page.limit
     rows = rows[: page.limit]
-    return rows, encode_cursor(rows[-1]["seq"]) if more and rows else None
+    return rows, encode_cursor([rows[-1]["seq"]]) if more and rows else None
 
 
 async def node_page(conn: asyncpg.Connection, page: PageRequest) -> tuple[list[asyncpg.Record], str | None]:
     """One page of the nodes, by node id (the cursor is the last id shown)."""
-    after = _decode_text_cursor(page.after)
+    after = decode_cursor(page.after, (str,))
     rows = await conn.fetch(
-        "SELECT * FROM nodes WHERE ($1::text IS NULL OR node > $1) ORDER BY node LIMIT $2", after, page.limit + 1
+        "SELECT * FROM nodes WHERE ($1::text IS NULL OR node > $1) ORDER BY node LIMIT $2",
+        None if after is None else after[0],
+        page.limit + 1,
     )
     more = len(rows) > page.limit
     rows = rows[: page.limit]
-    if not (more and rows):
-        return rows, None
-    return rows, base64.urlsafe_b64encode(json.dumps([rows[-1]["node"]]).encode()).decode().rstrip("=")
-
-
-def _decode_text_cursor(cursor: str | None) -> str | None:
-    if cursor is None:
-        return None
-    try:
-        key = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
-    except (ValueError, UnicodeDecodeError):
-        raise BadCursor("invalid cursor") from None
-    if not isinstance(key, list) or len(key) != 1 or not isinstance(key[0], str) or len(key[0]) > 256:
-        raise BadCursor("invalid cursor")
-    if "\x00" in key[0]:
-        raise BadCursor("invalid cursor")
-    return key[0]
+    return rows, encode_cursor([rows[-1]["node"]]) if more and rows else None
 
 
 # -- row -> view ----------------------------------------------------------------------------------

@@ -3,7 +3,7 @@
 Every tenant-owned table (:data:`TENANT_OWNED`) has RLS enabled *and forced* (so even its
 owner is filtered) and two policies, each for one role:
 
-- ``tenant_isolation`` for :data:`APP_ROLE` (request handlers; neither owner nor superuser,
+- ``tenant_isolation`` for :data:`~tessera_runtime.tenant_rows.APP_ROLE` (request handlers; neither owner nor superuser,
   SELECT only): a row is visible only when ``current_setting('tessera.tenant')`` is its tenant.
   The app role has no way to widen that: ``'*'`` means nothing to its policy.
 - ``runtime_all_tenants`` for the role that created the schema (the projector's, in production
@@ -26,33 +26,14 @@ import msgspec
 from tessera_contracts import codec
 from tessera_contracts.events import tenancy as ev
 from tessera_runtime.eventlog import StoredEvent
+from tessera_runtime.tenant_rows import isolation_ddl
 
-APP_ROLE = "tessera_app"
 TENANT_OWNED = ("tenants", "projects", "principals", "role_bindings", "api_keys", "quotas")
 PLATFORM_WIDE = ("clusters", "node_pools", "priority_classes")
 
-_POLICY = """
-ALTER TABLE {t} ENABLE ROW LEVEL SECURITY;
-ALTER TABLE {t} FORCE ROW LEVEL SECURITY;
-CREATE POLICY tenant_isolation ON {t} TO tessera_app
-    USING (tenant_id = current_setting('tessera.tenant', true));
-DO $$ BEGIN
-    EXECUTE format(
-        'CREATE POLICY runtime_all_tenants ON {t} TO %I'
-        ' USING (current_setting(''tessera.tenant'', true) = ''*'')'
-        ' WITH CHECK (current_setting(''tessera.tenant'', true) = ''*'')',
-        current_user
-    );
-END $$;
-"""
 
-DDL = (
+DDL = isolation_ddl(
     """
-DO $$ BEGIN
-    CREATE ROLE tessera_app NOLOGIN NOSUPERUSER NOBYPASSRLS NOINHERIT;
-EXCEPTION WHEN duplicate_object THEN NULL;
-END $$;
-
 CREATE TABLE tenants (
     tenant_id text PRIMARY KEY,
     display_name text NOT NULL,
@@ -123,16 +104,8 @@ CREATE TABLE priority_classes (
     preemptible boolean NOT NULL,
     description text NOT NULL
 );
-"""
-    + "".join(_POLICY.format(t=t) for t in TENANT_OWNED)
-    + r"""
-DO $$ DECLARE t text; BEGIN
-    EXECUTE format('GRANT USAGE ON SCHEMA %I TO tessera_app', current_schema());
-    FOR t IN SELECT tablename FROM pg_tables WHERE schemaname = current_schema() AND tablename NOT LIKE '\_%' LOOP
-        EXECUTE format('GRANT SELECT ON %I.%I TO tessera_app', current_schema(), t);
-    END LOOP;
-END $$;
-"""
+""",
+    TENANT_OWNED,
 )
 
 _json = msgspec.json.Encoder()

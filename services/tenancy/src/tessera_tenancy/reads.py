@@ -1,7 +1,7 @@
 """Queries on the tenancy read model, scoped to one tenant per transaction.
 
 :func:`scoped` opens a read-only transaction that switches to
-:data:`~tessera_tenancy.projections.APP_ROLE` (neither owner nor superuser, no write grants) and
+:data:`~tessera_runtime.tenant_rows.APP_ROLE` (neither owner nor superuser, no write grants) and
 sets ``tessera.tenant`` for that transaction only; row-level security then hides every other
 tenant's rows, whatever the SQL says, and the app role has no policy that would widen it.
 
@@ -13,10 +13,9 @@ gets it.
 
 from __future__ import annotations
 
-import base64
 import json
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from decimal import Decimal
 from typing import Any
 
@@ -26,30 +25,19 @@ import msgspec
 from tessera_contracts.api import tenancy as api
 from tessera_contracts.api.common import Page, PageRequest
 from tessera_contracts.rbac import RoleBinding
-from tessera_tenancy.projections import APP_ROLE
+from tessera_runtime import tenant_rows
+from tessera_runtime.tenant_rows import ALL, decode_cursor, encode_cursor
 
 SCHEMA = "proj_tenancy"
-ALL = "*"
 
 
-class BadCursor(ValueError):
-    """The ``after`` cursor was not made by this service."""
-
-
-@asynccontextmanager
-async def scoped(pool: asyncpg.Pool, tenant: str) -> AsyncIterator[asyncpg.Connection]:
+def scoped(pool: asyncpg.Pool, tenant: str) -> AbstractAsyncContextManager[asyncpg.Connection]:
     """A read-only transaction as the app role, seeing ``tenant``'s rows and platform-wide tables.
 
     Raises:
         ValueError: ``tenant`` is the all-tenants scope (use :func:`platform_wide`).
     """
-    if tenant == ALL:
-        raise ValueError("scoped() serves one tenant; use platform_wide() to cross tenants")
-    async with pool.acquire() as conn, conn.transaction(readonly=True):
-        await conn.execute(f"SET LOCAL ROLE {APP_ROLE}")
-        await conn.execute(f"SET LOCAL search_path TO {SCHEMA}")
-        await conn.execute("SELECT set_config('tessera.tenant', $1, true)", tenant)
-        yield conn
+    return tenant_rows.scoped(pool, SCHEMA, tenant)
 
 
 @asynccontextmanager
@@ -61,30 +49,6 @@ async def platform_wide(pool: asyncpg.Pool) -> AsyncIterator[asyncpg.Connection]
         yield conn
 
 
-def encode_cursor(key: list[Any]) -> str:
-    """An opaque cursor for the row whose sort key is ``key``."""
-    return base64.urlsafe_b64encode(json.dumps(key).encode()).decode().rstrip("=")
-
-
-def decode_cursor(cursor: str | None, width: int) -> list[Any] | None:
-    """The sort key inside a cursor.
-
-    Raises:
-        BadCursor: not a cursor of this shape.
-    """
-    if cursor is None:
-        return None
-    try:
-        key = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
-    except (ValueError, UnicodeDecodeError):
-        raise BadCursor("invalid cursor") from None
-    if not isinstance(key, list) or len(key) != width:
-        raise BadCursor("invalid cursor")
-    if not all(isinstance(k, str) and len(k) <= 256 and "\x00" not in k for k in key):
-        raise BadCursor("invalid cursor")
-    return key
-
-
 async def page_of(
     conn: asyncpg.Connection, sql: str, key_columns: tuple[str, ...], page: PageRequest, *args: Any
 ) -> tuple[list[asyncpg.Record], str | None]:
@@ -92,7 +56,7 @@ async def page_of(
 
     Rows are ordered by ``key_columns``; returns the rows and the next cursor.
     """
-    after = decode_cursor(page.after, len(key_columns))
+    after = decode_cursor(page.after, (str,) * len(key_columns))
     params = list(args)
     if after is None:
         condition = "true"

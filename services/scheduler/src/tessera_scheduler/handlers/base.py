@@ -17,12 +17,12 @@ import asyncpg
 import msgspec
 
 from tessera_contracts import rpc
-from tessera_contracts.rbac import Decision, Permission, Principal, authorize
+from tessera_contracts.rbac import Principal
 from tessera_contracts.subjects import InvalidSubject
 from tessera_runtime.eventlog import EventLog
 from tessera_runtime.projector import Projector
 from tessera_runtime.rpc import RpcError
-from tessera_scheduler import reads
+from tessera_runtime.tenant_rows import BadCursor
 
 SOURCE = "tessera/scheduler"
 
@@ -39,22 +39,8 @@ def bad_input() -> Iterator[None]:
     """Map a bad cursor or a malformed subject token to a 400 problem."""
     try:
         yield
-    except (reads.BadCursor, InvalidSubject) as exc:
+    except (BadCursor, InvalidSubject) as exc:
         raise RpcError(rpc.INVALID, str(exc)) from None
-
-
-def allow(principal: Principal, permission: Permission, tenant: str, project: str | None = None) -> None:
-    """Raise 404 or 403 unless :func:`~tessera_contracts.rbac.authorize` allows.
-
-    Raises:
-        RpcError: not-found (the tenant or project is invisible to the caller) or forbidden.
-    """
-    decision = authorize(principal, permission, tenant, project)
-    if decision == Decision.NOT_FOUND:
-        what = f"project {tenant}/{project}" if project else f"tenant {tenant}"
-        raise RpcError(rpc.NOT_FOUND, f"{what} not found")
-    if decision == Decision.FORBIDDEN:
-        raise RpcError(rpc.FORBIDDEN, f"{permission.value} is not granted to you")
 
 
 def bound_projects(principal: Principal, tenant: str) -> list[str] | None:

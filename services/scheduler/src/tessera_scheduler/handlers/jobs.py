@@ -23,9 +23,9 @@ from tessera_contracts.rbac import Permission
 from tessera_contracts.registry import Event
 from tessera_runtime import rpc as rpc_runtime
 from tessera_runtime.errors import ConcurrencyConflict
-from tessera_runtime.rpc import Call, RpcError
+from tessera_runtime.rpc import Call, RpcError, allow
 from tessera_scheduler import reads, refs
-from tessera_scheduler.handlers.base import SOURCE, Base, allow, bad_input, bound_projects
+from tessera_scheduler.handlers.base import SOURCE, Base, bad_input, bound_projects
 from tessera_scheduler.projections import TERMINAL, WAITING
 
 JOB_STATES: frozenset[str] = frozenset(get_args(api.JobState))

@@ -5,9 +5,9 @@ from __future__ import annotations
 from tessera_contracts.api import scheduler as api
 from tessera_contracts.api.common import Page
 from tessera_contracts.rbac import PLATFORM_TENANT, Permission
-from tessera_runtime.rpc import Call
+from tessera_runtime.rpc import Call, allow
 from tessera_scheduler import reads
-from tessera_scheduler.handlers.base import Base, allow, bad_input
+from tessera_scheduler.handlers.base import Base, bad_input
 
 
 class NodeOps(Base):

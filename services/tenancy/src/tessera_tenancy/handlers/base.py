@@ -20,14 +20,15 @@ import msgspec
 
 from tessera_contracts import codec, rpc
 from tessera_contracts.envelope import envelope
-from tessera_contracts.rbac import PLATFORM_TENANT, Decision, Permission, Principal, authorize
+from tessera_contracts.rbac import PLATFORM_TENANT, Principal
 from tessera_contracts.registry import Event
 from tessera_contracts.subjects import AggregateRef, InvalidSubject
 from tessera_runtime.errors import ConcurrencyConflict
 from tessera_runtime.eventlog import EventLog
 from tessera_runtime.projector import Projector
 from tessera_runtime.rpc import Call, RpcError
-from tessera_tenancy import domain, reads
+from tessera_runtime.tenant_rows import BadCursor
+from tessera_tenancy import domain
 from tessera_tenancy.domain import Conflict, Invalid, NotFound
 
 SOURCE = "tessera/tenancy"
@@ -52,18 +53,8 @@ def domain_errors() -> Iterator[None]:
         raise RpcError(rpc.CONFLICT, str(exc)) from None
     except Invalid as exc:
         raise RpcError(rpc.UNPROCESSABLE, str(exc)) from None
-    except (reads.BadCursor, InvalidSubject) as exc:
+    except (BadCursor, InvalidSubject) as exc:
         raise RpcError(rpc.INVALID, str(exc)) from None
-
-
-def allow(principal: Principal, permission: Permission, tenant: str | None = None, project: str | None = None) -> None:
-    """Raise 404 or 403 unless ``authorize`` allows."""
-    decision = authorize(principal, permission, tenant, project)
-    if decision == Decision.NOT_FOUND:
-        what = f"project {tenant}/{project}" if project else f"tenant {tenant}"
-        raise RpcError(rpc.NOT_FOUND, f"{what} not found")
-    if decision == Decision.FORBIDDEN:
-        raise RpcError(rpc.FORBIDDEN, f"{permission.value} is not granted to you")
 
 
 def is_self(principal: Principal, tenant: str, user: str) -> bool:

@@ -12,10 +12,10 @@ from tessera_contracts.envelope import envelope
 from tessera_contracts.events import tenancy as ev
 from tessera_contracts.rbac import PLATFORM_TENANT, Permission, Principal, RoleBinding
 from tessera_contracts.registry import Event
-from tessera_runtime.rpc import Call, RpcError
+from tessera_runtime.rpc import Call, RpcError, allow
 from tessera_tenancy import domain, keys, reads
 from tessera_tenancy.domain import Conflict, NotFound
-from tessera_tenancy.handlers.base import SOURCE, Base, Health, History, allow, is_self
+from tessera_tenancy.handlers.base import SOURCE, Base, Health, History, is_self
 from tessera_tenancy.handlers.users import UserOps
 
 USE_RESOLUTION_S = 300.0

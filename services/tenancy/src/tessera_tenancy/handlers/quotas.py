@@ -9,10 +9,10 @@ from tessera_contracts.api.common import Page
 from tessera_contracts.events import tenancy as ev
 from tessera_contracts.rbac import Permission
 from tessera_contracts.registry import Event
-from tessera_runtime.rpc import Call
+from tessera_runtime.rpc import Call, allow
 from tessera_tenancy import domain, reads
 from tessera_tenancy.domain import NotFound
-from tessera_tenancy.handlers.base import Base, History, allow
+from tessera_tenancy.handlers.base import Base, History
 from tessera_tenancy.handlers.tenants import bound_projects
 
 

@@ -6,10 +6,10 @@ from tessera_contracts.api import tenancy as api
 from tessera_contracts.api.common import Page
 from tessera_contracts.events import tenancy as ev
 from tessera_contracts.rbac import Permission, Principal
-from tessera_runtime.rpc import Call
+from tessera_runtime.rpc import Call, allow
 from tessera_tenancy import domain, reads
 from tessera_tenancy.domain import NotFound
-from tessera_tenancy.handlers.base import Base, allow
+from tessera_tenancy.handlers.base import Base
 
 
 def bound_projects(principal: Principal, tenant: str) -> list[str] | None:

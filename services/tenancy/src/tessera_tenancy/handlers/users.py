@@ -7,10 +7,10 @@ from tessera_contracts.api.common import Page
 from tessera_contracts.events import tenancy as ev
 from tessera_contracts.rbac import PLATFORM_TENANT, Permission, Principal, RoleBinding
 from tessera_contracts.registry import Event
-from tessera_runtime.rpc import Call
+from tessera_runtime.rpc import Call, allow
 from tessera_tenancy import domain, reads
 from tessera_tenancy.domain import Conflict, Invalid, NotFound
-from tessera_tenancy.handlers.base import Base, History, allow, is_self
+from tessera_tenancy.handlers.base import Base, History, is_self
 
 
 class UserOps(Base):
